@@ -1,0 +1,79 @@
+"""Prompt-lookup drafting (SPECULATION.md §4): draft what followed the tail the last time.
+
+For n = 3, then 2: when the history (prompt + committed output) is longer than n, find the most
+recent earlier start i with `history[i:i+n] == history[-n:]`; the draft is
+`history[i+n : i+n+k]`, cut at the end of the history. The first non-empty draft wins.
+
+`draft_from_history` states the rule directly and is the reference. `PromptLookupIndex` gives
+the same answers in O(k) per round: drafting runs every round on histories of thousands of
+tokens, so rescanning the history would cost more than the rows it saves. The index only ever
+grows, because a lane's history holds committed tokens only (rejected drafts never enter it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+NGRAM_SIZES = (3, 2)
+
+
+def draft_from_history(history: Sequence[int], k: int) -> list[int]:
+    """The reference rule, by a backwards scan."""
+    if k <= 0:
+        return []
+    length = len(history)
+    for n in NGRAM_SIZES:
+        if length <= n:
+            continue
+        tail = list(history[length - n :])
+        for i in range(length - n - 1, -1, -1):
+            if list(history[i : i + n]) == tail:
+                draft = list(history[i + n : i + n + k])
+                if draft:
+                    return draft
+                break
+    return []
+
+
+class PromptLookupIndex:
+    """Incremental n-gram index over one lane's committed history.
+
+    For each n it maps an n-gram to the latest start i that already has a following token
+    (i + n < len(history)). The tail's own occurrence never has one, so a lookup of the tail
+    finds exactly the most recent *earlier* occurrence.
+    """
+
+    __slots__ = ("_history", "_latest")
+
+    def __init__(self, history: Iterable[int] = ()) -> None:
+        self._history: list[int] = []
+        self._latest: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in NGRAM_SIZES}
+        self.extend(history)
+
+    def __len__(self) -> int:
+        return len(self._history)
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        history = self._history
+        for token in tokens:
+            history.append(int(token))
+            length = len(history)
+            # The n-gram that ends just before the new token now has a follower.
+            for n, latest in self._latest.items():
+                start = length - 1 - n
+                if start >= 0:
+                    latest[tuple(history[start : start + n])] = start
+
+    def draft(self, k: int) -> list[int]:
+        if k <= 0:
+            return []
+        history = self._history
+        length = len(history)
+        for n, latest in self._latest.items():
+            if length <= n:
+                continue
+            start = latest.get(tuple(history[length - n :]))
+            if start is not None:
+                # Non-empty by construction: start + n < length.
+                return history[start + n : start + n + k]
+        return []
