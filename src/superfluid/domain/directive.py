@@ -1,0 +1,144 @@
+"""The `--speculate` grammar (SPECULATION.md §2).
+
+A directive is parsed once per served model, in the order the contract gives: `off`/empty,
+`prompt-lookup`, `mtp-head`, `<kind>:<path>`, `auto`, an existing file, else a refusal.
+Whether a path names an existing file is a question for the filesystem, so the caller passes
+the answer in as a predicate; the rules themselves stay pure.
+
+Resolution steps that need a `.base` header (is there an MTP head? what kind is a bare path?)
+take the already-parsed header as input.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from superfluid.domain.bundle_header import BundleHeader
+from superfluid.domain.errors import DirectiveError
+
+#: The drafter kinds that may be named with a `<kind>:<path>` prefix.
+PREFIXED_KINDS = ("dflash", "dspark", "eagle3", "draft-model")
+
+#: `arch` values that name a drafter kind; any other arch is a plain draft model.
+DRAFTER_ARCHES = ("dflash", "dspark", "eagle3")
+
+
+class Mode(enum.StrEnum):
+    OFF = "off"
+    AUTO = "auto"
+    PROMPT_LOOKUP = "prompt-lookup"
+    MTP_HEAD = "mtp-head"
+    DRAFTER = "drafter"  # `<kind>:<path>`: the kind is named
+    BUNDLE_PATH = "path"  # a bare path: the kind comes from the file's header
+
+
+@dataclass(frozen=True, slots=True)
+class Directive:
+    """A parsed `--speculate` value. `raw` is the trimmed text the user gave."""
+
+    mode: Mode
+    raw: str
+    path: str | None = None
+    kind: str | None = None  # dflash | dspark | eagle3 | draft-model, for DRAFTER
+
+    def describe(self) -> str:
+        """The resolved form the startup log prints after `speculation: `."""
+        if self.mode is Mode.DRAFTER:
+            return f"{self.kind}:{self.path}"
+        if self.mode is Mode.BUNDLE_PATH:
+            return f"{self.kind}:{self.path}" if self.kind else f"{self.path}"
+        return self.mode.value
+
+    @property
+    def speculates(self) -> bool:
+        return self.mode is not Mode.OFF
+
+
+OFF = Directive(Mode.OFF, "off")
+
+
+def expand_home(path: str, home: str | None) -> str:
+    """Expand `~` and `~/…` to `home`; `~user` is left alone (it names someone else's home)."""
+    if home is None:
+        return path
+    if path == "~":
+        return home
+    if path.startswith("~/"):
+        return home.rstrip("/") + path[1:]
+    return path
+
+
+def unrecognised(raw: str) -> DirectiveError:
+    return DirectiveError(
+        f"--speculate {raw}: expected auto | prompt-lookup | mtp-head | a drafter .base path"
+        " | dflash/dspark/eagle3/draft-model:<path>"
+    )
+
+
+def parse_directive(
+    value: str | None,
+    *,
+    home: str | None,
+    is_file: Callable[[str], bool],
+) -> Directive:
+    """Parse a `--speculate` value; raise DirectiveError with the contract's message."""
+    raw = (value or "").strip()
+    if raw in ("", "off"):
+        return OFF
+    if raw == "prompt-lookup":
+        return Directive(Mode.PROMPT_LOOKUP, raw)
+    if raw == "mtp-head":
+        return Directive(Mode.MTP_HEAD, raw)
+    prefix, sep, rest = raw.partition(":")
+    if sep and prefix in PREFIXED_KINDS:
+        if not rest.strip():
+            raise unrecognised(raw)
+        return Directive(Mode.DRAFTER, raw, path=expand_home(rest.strip(), home), kind=prefix)
+    if raw == "auto":
+        return Directive(Mode.AUTO, raw)
+    # A bare path: `~` is expanded as for prefixed paths (ADR 0002), then it must be a file.
+    path = expand_home(raw, home)
+    if is_file(path):
+        return Directive(Mode.BUNDLE_PATH, raw, path=path)
+    raise unrecognised(raw)
+
+
+def kind_from_header(header: BundleHeader) -> str:
+    """The drafter kind a bundle's header declares: its `arch`, else a plain draft model."""
+    return header.arch if header.arch in DRAFTER_ARCHES else "draft-model"
+
+
+def resolve_bundle_path(directive: Directive, header: BundleHeader | None) -> Directive:
+    """Give a bare-path directive its kind from the file's header (None: it did not read)."""
+    if directive.mode is not Mode.BUNDLE_PATH:
+        return directive
+    if header is None:
+        raise DirectiveError(
+            f"--speculate {directive.raw}: not a .base bundle (convert the drafter first)"
+        )
+    return Directive(
+        Mode.BUNDLE_PATH, directive.raw, path=directive.path, kind=kind_from_header(header)
+    )
+
+
+def check_mtp_head(target: str, header: BundleHeader | None) -> None:
+    """Refuse `mtp-head` for a target whose header reads and carries no MTP head.
+
+    A header that does not read (a GGUF, an MLX directory) is left to the runtime, which
+    refuses strategies it cannot run in its own words.
+    """
+    if header is None or header.has_mtp_head:
+        return
+    kind = header.speculator_kind
+    if kind is not None:
+        raise DirectiveError(
+            f"--speculate mtp-head: {target}'s speculator head is `{kind}`, not an MTP head"
+        )
+    converted = f" (converted by baseRT {header.baserT_version})" if header.baserT_version else ""
+    raise DirectiveError(
+        f"--speculate mtp-head: {target} carries no speculator head{converted}; reconvert it with"
+        " base-convert >= 0.2.5 from a checkpoint that ships an MTP head, or use --speculate auto"
+        " to pair an installed drafter"
+    )
