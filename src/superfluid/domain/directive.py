@@ -16,13 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from superfluid.domain.bundle_header import BundleHeader
+from superfluid.domain.drafters import DrafterKind, kind_of
 from superfluid.domain.errors import DirectiveError
 
 #: The drafter kinds that may be named with a `<kind>:<path>` prefix.
-PREFIXED_KINDS = ("dflash", "dspark", "eagle3", "draft-model")
-
-#: `arch` values that name a drafter kind; any other arch is a plain draft model.
-DRAFTER_ARCHES = ("dflash", "dspark", "eagle3")
+PREFIXED_KINDS = tuple(kind.value for kind in DrafterKind)
 
 
 class Mode(enum.StrEnum):
@@ -105,11 +103,6 @@ def parse_directive(
     raise unrecognised(raw)
 
 
-def kind_from_header(header: BundleHeader) -> str:
-    """The drafter kind a bundle's header declares: its `arch`, else a plain draft model."""
-    return header.arch if header.arch in DRAFTER_ARCHES else "draft-model"
-
-
 def resolve_bundle_path(directive: Directive, header: BundleHeader | None) -> Directive:
     """Give a bare-path directive its kind from the file's header (None: it did not read)."""
     if directive.mode is not Mode.BUNDLE_PATH:
@@ -119,7 +112,7 @@ def resolve_bundle_path(directive: Directive, header: BundleHeader | None) -> Di
             f"--speculate {directive.raw}: not a .base bundle (convert the drafter first)"
         )
     return Directive(
-        Mode.BUNDLE_PATH, directive.raw, path=directive.path, kind=kind_from_header(header)
+        Mode.BUNDLE_PATH, directive.raw, path=directive.path, kind=kind_of(header).value
     )
 
 
