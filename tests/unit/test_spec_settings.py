@@ -1,0 +1,371 @@
+import math
+
+import pytest
+
+from superfluid.domain.errors import SettingsError
+from superfluid.domain.spec_settings import (
+    MAX_TEMPERATURE_IGNORED,
+    UNKNOWN_BLOCK_DEPTH,
+    SpecSettings,
+    Strategy,
+    default_depth,
+    depth_for,
+    effective_temperature,
+    from_sources,
+    max_temperature_notice,
+    parse_bool,
+    parse_number,
+)
+
+# -- default depths (§4) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("strategy", "kwargs", "depth"),
+    [
+        ("mtp-head", {}, 3),
+        ("mtp-head", {"arch": "qwen3"}, 3),
+        ("mtp-head", {"arch": "glm_dsa"}, 1),
+        ("eagle3", {}, 2),
+        ("dflash", {"block_size": 8}, 8),
+        ("dspark", {"block_size": 5}, 5),
+        ("prompt-lookup", {}, 4),
+        ("draft-model", {}, 4),
+    ],
+)
+def test_each_strategy_has_the_contracts_default_depth(strategy, kwargs, depth):
+    assert default_depth(strategy, **kwargs) == depth
+
+
+def test_a_block_drafter_wider_than_fifteen_drafts_fifteen():
+    assert default_depth("dflash", block_size=16) == 15
+
+
+@pytest.mark.parametrize("block_size", [None, 0, -3])
+def test_a_block_drafter_of_unknown_width_gets_the_safe_depth(block_size):
+    assert default_depth("dspark", block_size=block_size) == UNKNOWN_BLOCK_DEPTH == 4
+
+
+def test_a_resolved_directive_names_its_strategy_by_the_part_before_the_path():
+    assert default_depth("eagle3:/models/head.base") == 2
+    assert default_depth(Strategy.DFLASH, block_size=6) == 6
+
+
+def test_off_and_unknown_strategies_have_no_depth():
+    with pytest.raises(ValueError):
+        default_depth("off")
+    with pytest.raises(ValueError):
+        default_depth("medusa")
+
+
+# -- validation messages, verbatim (§7) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (SpecSettings(draft_tokens=0), "--spec-draft-tokens must be in 1..=15"),
+        (SpecSettings(draft_tokens=16), "--spec-draft-tokens must be in 1..=15"),
+        (SpecSettings(min_yield=-0.1), "--spec-min-yield must be finite and non-negative"),
+        (SpecSettings(min_yield=math.nan), "--spec-min-yield must be finite and non-negative"),
+        (SpecSettings(min_yield=math.inf), "--spec-min-yield must be finite and non-negative"),
+        (SpecSettings(yield_rounds=0), "--spec-yield-rounds must be at least 1"),
+        (SpecSettings(min_speedup=0.99), "--spec-min-speedup must be finite and at least 1.0"),
+        (SpecSettings(min_speedup=math.inf), "--spec-min-speedup must be finite and at least 1.0"),
+        (SpecSettings(min_speedup=math.nan), "--spec-min-speedup must be finite and at least 1.0"),
+        (
+            SpecSettings(max_temperature=2.5),
+            "--spec-max-temperature must be a finite number in [0, 2], got 2.5",
+        ),
+        (
+            SpecSettings(max_temperature=3.0),
+            "--spec-max-temperature must be a finite number in [0, 2], got 3",
+        ),
+        (
+            SpecSettings(max_temperature=-0.5),
+            "--spec-max-temperature must be a finite number in [0, 2], got -0.5",
+        ),
+        (
+            SpecSettings(max_temperature=math.nan),
+            "--spec-max-temperature must be a finite number in [0, 2], got NaN",
+        ),
+        (
+            SpecSettings(max_temperature=math.inf),
+            "--spec-max-temperature must be a finite number in [0, 2], got inf",
+        ),
+        (SpecSettings(reprobe=-1), "--spec-gate-reprobe must be at least 0"),
+        (
+            SpecSettings(reprobe=64, reprobe_max=32),
+            "--spec-gate-reprobe-max must be at least --spec-gate-reprobe",
+        ),
+    ],
+)
+def test_an_out_of_range_setting_is_refused_with_the_contracts_words(settings, message):
+    with pytest.raises(SettingsError) as refused:
+        settings.validate()
+    assert refused.value.message == message
+
+
+def test_the_defaults_are_the_contracts_and_valid():
+    settings = SpecSettings().validate()
+    assert settings == SpecSettings(
+        draft_tokens=None,
+        adaptive=True,
+        min_yield=0.75,
+        yield_rounds=24,
+        throughput_gate=True,
+        min_speedup=1.08,
+        reprobe=32,
+        reprobe_max=1024,
+        max_temperature=None,
+        bitexact=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        SpecSettings(draft_tokens=1),
+        SpecSettings(draft_tokens=15),
+        SpecSettings(min_yield=0.0),
+        SpecSettings(min_speedup=1.0),
+        SpecSettings(max_temperature=0.0),
+        SpecSettings(max_temperature=2.0),
+        SpecSettings(reprobe=0, reprobe_max=0),
+    ],
+)
+def test_the_edges_of_every_range_are_accepted(settings):
+    assert settings.validate() is settings
+
+
+# -- malformed numbers ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", ["abc", "", "  ", "1,5", "0x10", "1_000", "1.2.3"])
+def test_a_malformed_number_is_refused_naming_the_flag_and_the_text(raw):
+    with pytest.raises(SettingsError) as refused:
+        parse_number("--spec-min-yield", raw)
+    assert refused.value.message == f'--spec-min-yield expects a number, got "{raw}"'
+
+
+def test_a_whole_number_flag_refuses_a_fraction():
+    with pytest.raises(SettingsError) as refused:
+        parse_number("--spec-yield-rounds", "2.5", kind=int)
+    assert refused.value.message == '--spec-yield-rounds expects a number, got "2.5"'
+
+
+def test_numbers_are_read_with_surrounding_blanks_forgiven():
+    assert parse_number("--spec-min-speedup", " 1.25 ") == 1.25
+    assert parse_number("--spec-gate-reprobe", "64\n", kind=int) == 64
+    assert isinstance(parse_number("--spec-gate-reprobe", "64", kind=int), int)
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [
+        ("1", True),
+        ("TRUE", True),
+        (" on ", True),
+        ("yes", True),
+        ("0", False),
+        ("False", False),
+        ("off", False),
+        ("NO", False),
+    ],
+)
+def test_boolean_words_read_as_on_or_off(raw, value):
+    assert parse_bool("SUPERFLUID_SPEC_GATE", raw) is value
+
+
+# -- flag > env > default ------------------------------------------------------------------
+
+
+def test_with_nothing_given_every_knob_has_its_default():
+    assert from_sources({}, {}) == SpecSettings()
+
+
+def test_the_environment_fills_in_what_no_flag_gives():
+    env = {
+        "SUPERFLUID_SPEC_ADAPTIVE": "0",
+        "SUPERFLUID_SPEC_MIN_YIELD": "0.5",
+        "SUPERFLUID_SPEC_LANE_YIELD_ROUNDS": "12",
+        "SUPERFLUID_SPEC_GATE": "off",
+        "SUPERFLUID_SPEC_MIN_SPEEDUP": "1.2",
+        "SUPERFLUID_SPEC_GATE_REPROBE": "16",
+        "SUPERFLUID_SPEC_GATE_REPROBE_MAX": "256",
+    }
+    assert from_sources({}, env) == SpecSettings(
+        adaptive=False,
+        min_yield=0.5,
+        yield_rounds=12,
+        throughput_gate=False,
+        min_speedup=1.2,
+        reprobe=16,
+        reprobe_max=256,
+    )
+
+
+def test_a_flag_beats_the_environment():
+    flags = {
+        "--spec-adaptive": "true",
+        "--spec-min-yield": "1.5",
+        "--spec-yield-rounds": "40",
+        "--spec-throughput-gate": "true",
+        "--spec-min-speedup": "1.3",
+        "--spec-gate-reprobe": "8",
+        "--spec-gate-reprobe-max": "64",
+    }
+    env = {
+        "SUPERFLUID_SPEC_ADAPTIVE": "0",
+        "SUPERFLUID_SPEC_MIN_YIELD": "0.5",
+        "SUPERFLUID_SPEC_LANE_YIELD_ROUNDS": "12",
+        "SUPERFLUID_SPEC_GATE": "off",
+        "SUPERFLUID_SPEC_MIN_SPEEDUP": "1.2",
+        "SUPERFLUID_SPEC_GATE_REPROBE": "16",
+        "SUPERFLUID_SPEC_GATE_REPROBE_MAX": "256",
+    }
+    assert from_sources(flags, env) == SpecSettings(
+        adaptive=True,
+        min_yield=1.5,
+        yield_rounds=40,
+        throughput_gate=True,
+        min_speedup=1.3,
+        reprobe=8,
+        reprobe_max=64,
+    )
+
+
+def test_an_absent_flag_falls_through_to_the_environment():
+    settings = from_sources({"--spec-min-yield": None}, {"SUPERFLUID_SPEC_MIN_YIELD": "0.25"})
+    assert settings.min_yield == 0.25
+
+
+def test_a_blank_environment_value_counts_as_unset():
+    assert from_sources({}, {"SUPERFLUID_SPEC_MIN_SPEEDUP": " "}).min_speedup == 1.08
+
+
+def test_flags_without_an_environment_fallback_are_read():
+    flags = {"--spec-draft-tokens": "6", "--spec-max-temperature": "0.7", "--spec-bitexact": "1"}
+    settings = from_sources(flags, {})
+    assert (settings.draft_tokens, settings.max_temperature, settings.bitexact) == (6, 0.7, True)
+
+
+def test_a_malformed_environment_number_names_the_variable():
+    with pytest.raises(SettingsError) as refused:
+        from_sources({}, {"SUPERFLUID_SPEC_GATE_REPROBE": "soon"})
+    assert refused.value.message == 'SUPERFLUID_SPEC_GATE_REPROBE expects a number, got "soon"'
+
+
+def test_a_malformed_environment_boolean_names_the_variable():
+    with pytest.raises(SettingsError) as refused:
+        from_sources({}, {"SUPERFLUID_SPEC_ADAPTIVE": "maybe"})
+    assert "SUPERFLUID_SPEC_ADAPTIVE" in refused.value.message
+    assert '"maybe"' in refused.value.message
+
+
+def test_a_malformed_flag_number_names_the_flag():
+    with pytest.raises(SettingsError) as refused:
+        from_sources({"--spec-draft-tokens": "four"}, {})
+    assert refused.value.message == '--spec-draft-tokens expects a number, got "four"'
+
+
+def test_sources_are_validated_after_resolution():
+    with pytest.raises(SettingsError) as refused:
+        from_sources({}, {"SUPERFLUID_SPEC_MIN_SPEEDUP": "0.5"})
+    assert refused.value.message == "--spec-min-speedup must be finite and at least 1.0"
+
+
+def test_an_out_of_range_max_temperature_is_reported_as_typed():
+    with pytest.raises(SettingsError) as refused:
+        from_sources({"--spec-max-temperature": "3.0"}, {})
+    assert refused.value.message == (
+        "--spec-max-temperature must be a finite number in [0, 2], got 3.0"
+    )
+    with pytest.raises(SettingsError) as refused:
+        from_sources({"--spec-max-temperature": "nan"}, {})
+    assert refused.value.message.endswith("got nan")
+
+
+def test_an_unknown_flag_key_is_a_programming_error():
+    with pytest.raises(ValueError):
+        from_sources({"--spec-min-yeild": "1"}, {})
+
+
+# -- depth resolution ----------------------------------------------------------------------
+
+
+def test_spec_draft_tokens_beats_the_strategys_variable_and_default():
+    settings = SpecSettings(draft_tokens=7)
+    assert depth_for("mtp-head", settings, {"SUPERFLUID_MTP_DRAFTS": "2"}) == 7
+
+
+def test_the_strategys_variable_beats_its_default_depth():
+    env = {"SUPERFLUID_MTP_DRAFTS": "2", "SUPERFLUID_EAGLE_DRAFTS": "5"}
+    assert depth_for("mtp-head", SpecSettings(), env) == 2
+    assert depth_for("eagle3", SpecSettings(), env) == 5
+
+
+def test_the_dflash_variable_covers_dspark_too():
+    env = {"SUPERFLUID_DFLASH_DRAFTS": "9"}
+    assert depth_for("dflash", SpecSettings(), env, block_size=16) == 9
+    assert depth_for("dspark:/d.base", SpecSettings(), env, block_size=16) == 9
+
+
+def test_without_overrides_the_default_depth_applies():
+    assert depth_for("mtp-head", SpecSettings(), {}, arch="glm_dsa") == 1
+    assert depth_for("dflash", SpecSettings(), {}, block_size=10) == 10
+    assert depth_for("prompt-lookup", SpecSettings(), {"SUPERFLUID_MTP_DRAFTS": "99"}) == 4
+
+
+@pytest.mark.parametrize("raw", ["0", "16"])
+def test_a_strategy_depth_variable_out_of_range_is_refused(raw):
+    with pytest.raises(SettingsError) as refused:
+        depth_for("eagle3", SpecSettings(), {"SUPERFLUID_EAGLE_DRAFTS": raw})
+    assert refused.value.message == "SUPERFLUID_EAGLE_DRAFTS must be in 1..=15"
+
+
+def test_a_malformed_strategy_depth_variable_names_it():
+    with pytest.raises(SettingsError) as refused:
+        depth_for("mtp-head", SpecSettings(), {"SUPERFLUID_MTP_DRAFTS": "lots"})
+    assert refused.value.message == 'SUPERFLUID_MTP_DRAFTS expects a number, got "lots"'
+
+
+# -- temperature policy (§8) ---------------------------------------------------------------
+
+
+def test_a_request_temperature_is_never_capped():
+    assert effective_temperature(1.5, None, 0.7, 0.5, strategy_registered=True) == 1.5
+
+
+def test_a_cli_temperature_is_never_capped():
+    assert effective_temperature(None, 1.2, 0.7, 0.5, strategy_registered=True) == 1.2
+
+
+def test_the_request_beats_the_cli_temperature():
+    assert effective_temperature(0.2, 1.2, 0.7, None, strategy_registered=False) == 0.2
+
+
+def test_a_model_default_temperature_is_capped_when_a_strategy_is_registered():
+    assert effective_temperature(None, None, 1.0, 0.6, strategy_registered=True) == 0.6
+
+
+def test_a_model_default_below_the_cap_is_kept():
+    assert effective_temperature(None, None, 0.3, 0.6, strategy_registered=True) == 0.3
+
+
+def test_without_a_strategy_the_cap_does_nothing():
+    assert effective_temperature(None, None, 1.0, 0.6, strategy_registered=False) == 1.0
+
+
+def test_without_a_cap_the_model_default_stands():
+    assert effective_temperature(None, None, 1.0, None, strategy_registered=True) == 1.0
+
+
+def test_a_cap_with_no_strategy_owes_the_log_line():
+    assert MAX_TEMPERATURE_IGNORED == (
+        "--spec-max-temperature ignored: no --speculate strategy is configured"
+    )
+    capped = SpecSettings(max_temperature=0.5)
+    assert max_temperature_notice(capped, strategy_registered=False) == MAX_TEMPERATURE_IGNORED
+    assert max_temperature_notice(capped, strategy_registered=True) is None
+    assert max_temperature_notice(SpecSettings(), strategy_registered=False) is None
