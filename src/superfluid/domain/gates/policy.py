@@ -1,0 +1,176 @@
+"""One model's speculation policy: the gates of §7 bundled behind one small surface.
+
+The executor asks, once per tick, `plan(lane_count)`: speculate or not, and how deep. It then
+reports what happened: each lane's verified round (`record_round`), the tick as a whole
+(`record_spec_tick` / `record_plain_tick`), and request lifetimes (`request_started` /
+`request_finished`). Per lane, `may_draft(request_id)` says whether the yield floor still lets
+that request draft.
+
+Who decides what:
+- the yield floor (per model, per request) can abandon the strategy for good: every plan is
+  then plain;
+- the throughput gate (per lane count) decides plain or speculative for that lane count;
+- the depth controller (per lane count) picks the depth when speculating.
+
+Invariants: an abandoned policy always plans plain; a speculative plan's depth lies in
+1..depth_cap; what is recorded at one lane count never changes the plan at another (the
+per-model request count only times re-probes, it decides nothing by itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from superfluid.domain.gates.depth import DepthController
+from superfluid.domain.gates.throughput import GateTuning, ThroughputGate
+from superfluid.domain.gates.yield_floor import RequestYield, StrategyStanding, YieldFloor
+from superfluid.domain.spec_settings import MAX_DRAFT_TOKENS, SpecSettings
+
+
+@dataclass(frozen=True, slots=True)
+class TickPlan:
+    """What one tick should do: `depth` 0 means the plain path, not speculation idling."""
+
+    depth: int
+
+    @property
+    def speculate(self) -> bool:
+        return self.depth > 0
+
+
+PLAIN = TickPlan(0)
+
+
+class SpecPolicy:
+    """The gates for one served model."""
+
+    def __init__(
+        self,
+        settings: SpecSettings,
+        *,
+        default_depth: int,
+        depth_cap: int = MAX_DRAFT_TOKENS,
+        tuning: GateTuning | None = None,
+    ) -> None:
+        """`depth_cap` is the runtime's limit (its verify-row cap minus one), at most 15."""
+        self.settings = settings.validate()
+        self.depth_cap = max(1, min(depth_cap, MAX_DRAFT_TOKENS))
+        self.default_depth = min(max(default_depth, 1), self.depth_cap)
+        self._tuning = tuning
+        self._floor = YieldFloor(min_yield=settings.min_yield, yield_rounds=settings.yield_rounds)
+        self._gates: dict[int, ThroughputGate] = {}
+        self._depths: dict[int, DepthController] = {}
+        self._finished_requests = 0
+
+    # -- questions -----------------------------------------------------------------------------
+
+    @property
+    def abandoned(self) -> bool:
+        """The yield floor gave the strategy up for good (until restart)."""
+        return self._floor.abandoned
+
+    @property
+    def standing(self) -> StrategyStanding:
+        return self._floor.standing
+
+    @property
+    def finished_requests(self) -> int:
+        return self._finished_requests
+
+    def plan(self, lane_count: int) -> TickPlan:
+        """Whether this tick, with `lane_count` lanes decoding, speculates, and how deep."""
+        if self.abandoned:
+            return PLAIN
+        gate = self.gate(lane_count)
+        if gate is not None and not gate.speculate:
+            return PLAIN
+        return TickPlan(self.depth(lane_count).choose())
+
+    def may_draft(self, request_id: Hashable) -> bool:
+        return self._floor.may_draft(request_id)
+
+    def request_verdict(self, request_id: Hashable) -> RequestYield:
+        return self._floor.verdict(request_id)
+
+    def gate(self, lane_count: int) -> ThroughputGate | None:
+        """The throughput gate at this lane count, or None when the gate is switched off."""
+        _check_lane_count(lane_count)
+        if not self.settings.throughput_gate:
+            return None
+        gate = self._gates.get(lane_count)
+        if gate is None:
+            gate = self._gates[lane_count] = ThroughputGate(
+                min_speedup=self.settings.min_speedup,
+                reprobe=self.settings.reprobe,
+                reprobe_max=self.settings.reprobe_max,
+                tuning=self._tuning,
+                requests_seen=self._finished_requests,
+            )
+        return gate
+
+    def depth(self, lane_count: int) -> DepthController:
+        _check_lane_count(lane_count)
+        controller = self._depths.get(lane_count)
+        if controller is None:
+            controller = self._depths[lane_count] = DepthController(
+                default_depth=self.default_depth,
+                max_depth=self.depth_cap,
+                adaptive=self.settings.adaptive,
+            )
+        return controller
+
+    def lane_counts(self) -> list[int]:
+        """Lane counts that have state (for /metrics and the log)."""
+        return sorted(set(self._gates) | set(self._depths))
+
+    # -- reports -------------------------------------------------------------------------------
+
+    def request_started(self, request_id: Hashable) -> None:
+        self._floor.request_started(request_id)
+
+    def request_finished(self, request_id: Hashable) -> None:
+        self._floor.request_finished(request_id)
+        self._finished_requests += 1
+        for gate in self._gates.values():
+            gate.requests_finished(self._finished_requests)
+
+    def record_round(
+        self, request_id: Hashable, lane_count: int, *, drafted: int, accepted: int
+    ) -> None:
+        """One lane's verified round in a tick with `lane_count` lanes."""
+        self._floor.record_round(request_id, drafted, accepted)
+        self.depth(lane_count).record_round(drafted, accepted)
+
+    def record_spec_tick(
+        self, lane_count: int, *, drafted: int, committed: int, seconds: float, rows: int
+    ) -> None:
+        """A speculating tick: `drafted` draft tokens over all lanes, `committed` tokens kept,
+        `seconds` of decode time, `rows` verify rows per lane (the widest lane's drafts + 1).
+
+        A tick that drafted nothing is a plain tick (§7) and is recorded as one.
+        """
+        if drafted < 0:
+            raise ValueError(f"a tick cannot draft {drafted} tokens")
+        if drafted == 0:
+            self.record_plain_tick(lane_count, committed=committed, seconds=seconds)
+            return
+        gate = self.gate(lane_count)
+        if gate is not None:
+            gate.record_spec_tick(committed, seconds)
+        self.depth(lane_count).record_step(rows, seconds)
+
+    def record_plain_tick(self, lane_count: int, *, committed: int, seconds: float) -> None:
+        """A tick on the plain path (one row per lane), committing `committed` tokens."""
+        if committed < 0:
+            raise ValueError(f"a tick cannot commit {committed} tokens")
+        gate = self.gate(lane_count)
+        if gate is not None:
+            gate.record_plain_tick(committed, seconds)
+        # A plain step is the one-row verify step: it measures c(1) for the depth model.
+        self.depth(lane_count).record_step(1, seconds)
+
+
+def _check_lane_count(lane_count: int) -> None:
+    if lane_count < 1:
+        raise ValueError(f"a tick decodes at least one lane, not {lane_count}")

@@ -1,0 +1,238 @@
+"""The throughput gate for one lane count (SPECULATION.md §7, "Throughput gate").
+
+Speculation is measured against plain decoding on live traffic, as committed tokens per second
+of decode time, and kept only where it is at least `min_speedup` times faster.
+
+    WARM_UP ──first drafted tick (not measured)──▶ PROBE_SPEC ──probe_ticks spec ticks──▶
+    PROBE_PLAIN ──probe_ticks plain ticks──▶ decide:
+        spec_rate ≥ min_speedup × plain_rate  → SPECULATE for window_ticks drafted ticks, then
+                                                 re-check (PROBE_PLAIN, the window as the spec
+                                                 sample); early stop when the window's rate
+                                                 falls below early_stop_ratio × plain_rate
+        otherwise (a throughput loss)         → PLAIN until the re-probe wait (in finished
+                                                 requests) is over, then WARM_UP again;
+                                                 FINAL_PLAIN when re-probing is off
+
+Measurement rules:
+- The first speculating tick after the gate starts (and after each re-probe) warms up caches
+  and compiled shapes, so it is not measured.
+- A tick where nothing was drafted is a plain tick, whatever the gate asked for. In the probe
+  phases (warm-up included) it feeds the plain sample, so a probe may need no forced plain tick;
+  inside a SPECULATE window it is ignored, because the window judges drafted ticks.
+- A tick whose clock did not advance (seconds ≤ 0, or not finite) is dropped: it says nothing.
+
+Probe sizes: 8 measured ticks each way (enough to average out one slow step, short enough
+that a losing strategy costs little), windows of 256 drafted ticks, early stop checked from
+the 16th tick of a window with a 10% margin below plain ("clearly below").
+
+Invariant: the gate holds no state about any other lane count.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from superfluid.domain.gates.reprobe import ReprobeOutcome, ReprobeSchedule
+
+
+@dataclass(frozen=True, slots=True)
+class GateTuning:
+    """Sizes of the gate's measurements, in ticks."""
+
+    probe_ticks: int = 8
+    window_ticks: int = 256
+    early_stop_ticks: int = 16
+    early_stop_ratio: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.probe_ticks < 1 or self.window_ticks < 1 or self.early_stop_ticks < 1:
+            raise ValueError("gate tick counts must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
+class RateSample:
+    """Tokens committed over seconds of decode time, accumulated over some ticks."""
+
+    ticks: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def plus(self, tokens: int, seconds: float) -> RateSample:
+        return RateSample(self.ticks + 1, self.tokens + tokens, self.seconds + seconds)
+
+    @property
+    def rate(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0.0 else None
+
+    def at_least(self, factor: float, other: RateSample) -> bool:
+        """self.rate ≥ factor × other.rate, cross-multiplied (both have seconds > 0)."""
+        return self.tokens * other.seconds >= factor * other.tokens * self.seconds
+
+
+class Phase(enum.Enum):
+    WARM_UP = "warm-up"
+    PROBE_SPEC = "probe-spec"
+    PROBE_PLAIN = "probe-plain"
+    SPECULATE = "speculate"
+    PLAIN = "plain"  # lost; waiting to re-probe
+    FINAL_PLAIN = "final-plain"  # lost with re-probing off
+
+    @property
+    def speculates(self) -> bool:
+        return self in (Phase.WARM_UP, Phase.PROBE_SPEC, Phase.SPECULATE)
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputVerdict:
+    """One decision, kept for logs and /metrics."""
+
+    speculate: bool
+    spec_rate: float
+    plain_rate: float
+
+
+def _measurable(committed: int, seconds: float) -> bool:
+    if committed < 0:
+        raise ValueError(f"a tick cannot commit {committed} tokens")
+    return math.isfinite(seconds) and seconds > 0.0
+
+
+class ThroughputGate:
+    """Speculate or decode plainly, at one lane count, by measured throughput."""
+
+    def __init__(
+        self,
+        *,
+        min_speedup: float,
+        reprobe: int,
+        reprobe_max: int,
+        tuning: GateTuning | None = None,
+        requests_seen: int = 0,
+    ) -> None:
+        self.min_speedup = min_speedup
+        self.tuning = tuning or GateTuning()
+        self.schedule = ReprobeSchedule(reprobe=reprobe, reprobe_max=reprobe_max)
+        self._phase = Phase.WARM_UP
+        self._spec = RateSample()
+        self._plain = RateSample()
+        self._window = RateSample()
+        self._plain_reference = RateSample()
+        self._requests_seen = requests_seen
+        self._reprobe_at: int | None = None
+        self.last_wait: int | None = None  # requests waited after the latest loss
+        self.last_verdict: ThroughputVerdict | None = None
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def speculate(self) -> bool:
+        return self._phase.speculates
+
+    @property
+    def reprobe_at(self) -> int | None:
+        """The finished-request count at which a PLAIN gate measures again."""
+        return self._reprobe_at if self._phase is Phase.PLAIN else None
+
+    @property
+    def spec_sample(self) -> RateSample:
+        return self._spec
+
+    @property
+    def plain_sample(self) -> RateSample:
+        return self._plain
+
+    @property
+    def window_sample(self) -> RateSample:
+        return self._window
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    def record_spec_tick(self, committed: int, seconds: float) -> None:
+        """A tick that drafted something (an undrafted tick goes to record_plain_tick)."""
+        measurable = _measurable(committed, seconds)
+        match self._phase:
+            case Phase.WARM_UP:
+                self._phase = Phase.PROBE_SPEC  # warm-up: seen, not measured
+            case Phase.PROBE_SPEC | Phase.PROBE_PLAIN:
+                if measurable:
+                    self._spec = self._spec.plus(committed, seconds)
+                    self._advance_probe()
+            case Phase.SPECULATE:
+                if measurable:
+                    self._window = self._window.plus(committed, seconds)
+                    self._check_window()
+            case Phase.PLAIN | Phase.FINAL_PLAIN:
+                pass  # the gate said plain; nothing to learn from a stray tick
+
+    def record_plain_tick(self, committed: int, seconds: float) -> None:
+        """A tick that drafted nothing: asked-for plain, or speculation with no draft."""
+        if not _measurable(committed, seconds):
+            return
+        if self._phase in (Phase.WARM_UP, Phase.PROBE_SPEC, Phase.PROBE_PLAIN):
+            self._plain = self._plain.plus(committed, seconds)
+            if self._phase is not Phase.WARM_UP:
+                self._advance_probe()
+
+    def requests_finished(self, total: int) -> None:
+        """The model has now finished `total` requests; a due re-probe starts."""
+        self._requests_seen = max(self._requests_seen, total)
+        if (
+            self._phase is Phase.PLAIN
+            and self._reprobe_at is not None
+            and self._requests_seen >= self._reprobe_at
+        ):
+            self._spec = RateSample()
+            self._plain = RateSample()
+            self._reprobe_at = None
+            self._phase = Phase.WARM_UP
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _advance_probe(self) -> None:
+        enough = self.tuning.probe_ticks
+        spec_done = self._spec.ticks >= enough
+        plain_done = self._plain.ticks >= enough
+        if spec_done and plain_done:
+            self._decide()
+        elif spec_done:
+            self._phase = Phase.PROBE_PLAIN
+        elif plain_done:
+            self._phase = Phase.PROBE_SPEC
+
+    def _decide(self) -> None:
+        speculate = self._spec.at_least(self.min_speedup, self._plain)
+        self.last_verdict = ThroughputVerdict(
+            speculate=speculate,
+            spec_rate=self._spec.rate or 0.0,
+            plain_rate=self._plain.rate or 0.0,
+        )
+        if speculate:
+            self.schedule.on_win()
+            self._plain_reference = self._plain
+            self._window = RateSample()
+            self._phase = Phase.SPECULATE
+            return
+        outcome, wait = self.schedule.on_loss()
+        if outcome is ReprobeOutcome.FINAL:
+            self._phase = Phase.FINAL_PLAIN
+            return
+        self.last_wait = wait
+        self._reprobe_at = self._requests_seen + wait
+        self._phase = Phase.PLAIN
+
+    def _check_window(self) -> None:
+        window, tuning = self._window, self.tuning
+        over = window.ticks >= tuning.window_ticks
+        falling = window.ticks >= tuning.early_stop_ticks and not window.at_least(
+            tuning.early_stop_ratio, self._plain_reference
+        )
+        if over or falling:
+            # Re-check: the window is the speculating sample; plain is measured afresh.
+            self._spec = window
+            self._plain = RateSample()
+            self._window = RateSample()
+            self._phase = Phase.PROBE_PLAIN

@@ -1,0 +1,161 @@
+import pytest
+
+from superfluid.domain.errors import SettingsError
+from superfluid.domain.gates.policy import PLAIN, SpecPolicy, TickPlan
+from superfluid.domain.gates.throughput import GateTuning, Phase
+from superfluid.domain.gates.yield_floor import RequestYield
+from superfluid.domain.spec_settings import SpecSettings
+
+TUNING = GateTuning(probe_ticks=3, window_ticks=10, early_stop_ticks=5)
+
+
+def make_policy(settings=None, **kwargs):
+    kwargs.setdefault("default_depth", 4)
+    kwargs.setdefault("tuning", TUNING)
+    return SpecPolicy(settings or SpecSettings(), **kwargs)
+
+
+def lose_at(policy, lanes):
+    """Drive one lane count's gate to a loss: speculation at half the plain rate."""
+    for _ in range(TUNING.probe_ticks + 1):  # + the warm-up tick
+        policy.record_spec_tick(lanes, drafted=4 * lanes, committed=lanes, seconds=0.02, rows=5)
+    for _ in range(TUNING.probe_ticks):
+        policy.record_plain_tick(lanes, committed=lanes, seconds=0.01)
+
+
+def win_at(policy, lanes):
+    for _ in range(TUNING.probe_ticks + 1):
+        policy.record_spec_tick(
+            lanes, drafted=4 * lanes, committed=4 * lanes, seconds=0.012, rows=5
+        )
+    for _ in range(TUNING.probe_ticks):
+        policy.record_plain_tick(lanes, committed=lanes, seconds=0.01)
+
+
+def fail_request(policy, request_id, rounds=24):
+    policy.request_started(request_id)
+    for _ in range(rounds):
+        policy.record_round(request_id, 1, drafted=4, accepted=0)
+    policy.request_finished(request_id)
+
+
+def test_a_fresh_policy_speculates_at_the_default_depth():
+    assert make_policy().plan(1) == TickPlan(4)
+    assert make_policy().plan(1).speculate
+
+
+def test_the_plain_plan_has_no_depth():
+    assert TickPlan(0) == PLAIN
+    assert not PLAIN.speculate
+
+
+def test_a_throughput_loss_at_one_lane_count_leaves_the_others_speculating():
+    policy = make_policy()
+    win_at(policy, 1)
+    lose_at(policy, 4)
+    assert policy.plan(4) == PLAIN
+    assert policy.plan(1).speculate
+    assert policy.plan(2).speculate  # never measured: still probing
+    assert policy.gate(1).phase is Phase.SPECULATE
+
+
+def test_with_the_throughput_gate_off_the_policy_always_speculates():
+    policy = make_policy(SpecSettings(throughput_gate=False))
+    lose_at(policy, 1)
+    assert policy.gate(1) is None
+    assert policy.plan(1) == TickPlan(4)
+
+
+def test_an_abandoned_strategy_plans_plain_everywhere():
+    policy = make_policy()
+    fail_request(policy, "a")
+    assert not policy.abandoned
+    fail_request(policy, "b")
+    assert policy.abandoned
+    assert all(policy.plan(lanes) == PLAIN for lanes in range(1, 9))
+    policy.request_started("c")
+    assert not policy.may_draft("c")
+
+
+def test_a_failed_request_may_no_longer_draft_but_others_may():
+    policy = make_policy()
+    policy.request_started("bad")
+    policy.request_started("fresh")
+    for _ in range(24):
+        policy.record_round("bad", 2, drafted=4, accepted=0)
+    assert policy.request_verdict("bad") is RequestYield.FAILED
+    assert not policy.may_draft("bad")
+    assert policy.may_draft("fresh")
+    assert policy.plan(2).speculate
+
+
+def test_a_speculating_tick_that_drafted_nothing_is_recorded_as_plain():
+    policy = make_policy()
+    policy.record_spec_tick(2, drafted=0, committed=2, seconds=0.01, rows=1)
+    gate = policy.gate(2)
+    assert gate.phase is Phase.WARM_UP  # the warm-up waits for a tick that drafted
+    assert gate.plain_sample.ticks == 1
+    assert policy.depth(2).step_cost(1) == 0.01
+
+
+def test_finished_requests_time_the_reprobe_of_every_lane_count():
+    policy = make_policy(SpecSettings(reprobe=2, reprobe_max=8))
+    lose_at(policy, 3)
+    assert policy.plan(3) == PLAIN
+    policy.request_started("a")
+    policy.request_finished("a")
+    assert policy.plan(3) == PLAIN
+    policy.request_started("b")
+    policy.request_finished("b")
+    assert policy.plan(3).speculate
+    assert policy.gate(3).phase is Phase.WARM_UP
+
+
+def test_a_gate_born_late_counts_requests_from_its_birth():
+    policy = make_policy(SpecSettings(reprobe=2, reprobe_max=8))
+    for request_id in range(10):
+        policy.request_started(request_id)
+        policy.request_finished(request_id)
+    lose_at(policy, 5)
+    assert policy.gate(5).reprobe_at == 12
+
+
+def test_the_depth_is_clamped_to_the_runtimes_cap():
+    policy = make_policy(default_depth=8, depth_cap=3)
+    assert policy.plan(1) == TickPlan(3)
+
+
+def test_adaptive_depth_off_keeps_the_default_depth():
+    policy = make_policy(SpecSettings(adaptive=False, throughput_gate=False), default_depth=5)
+    for _ in range(200):
+        policy.record_round("r", 1, drafted=5, accepted=0)
+        policy.record_spec_tick(1, drafted=5, committed=1, seconds=0.02, rows=6)
+    assert policy.plan(1) == TickPlan(5)
+
+
+def test_adaptive_depth_shrinks_when_drafts_are_rejected():
+    policy = make_policy(SpecSettings(throughput_gate=False, min_yield=0.0), default_depth=8)
+    for _ in range(200):
+        depth = policy.plan(1).depth
+        policy.record_round("r", 1, drafted=depth, accepted=min(depth, 1))
+        policy.record_spec_tick(
+            1, drafted=depth, committed=2, seconds=0.01 * (1 + 0.17 * depth), rows=depth + 1
+        )
+    assert policy.plan(1).depth <= 2
+
+
+def test_a_lane_count_below_one_is_refused():
+    with pytest.raises(ValueError):
+        make_policy().plan(0)
+
+
+def test_invalid_settings_are_refused_at_construction():
+    with pytest.raises(SettingsError, match="--spec-min-speedup"):
+        make_policy(SpecSettings(min_speedup=0.5))
+
+
+def test_lane_counts_with_state_are_listed():
+    policy = make_policy()
+    policy.plan(3)
+    policy.plan(1)
+    assert policy.lane_counts() == [1, 3]

@@ -1,0 +1,222 @@
+"""The throughput gate at one lane count, driven by scripted tick timings."""
+
+import pytest
+
+from superfluid.domain.gates.throughput import GateTuning, Phase, ThroughputGate
+
+TUNING = GateTuning(probe_ticks=4, window_ticks=20, early_stop_ticks=6, early_stop_ratio=0.9)
+
+# At this lane count a plain tick commits 2 tokens in 10 ms: 200 tokens/s.
+PLAIN_TOKENS, PLAIN_SECONDS = 2, 0.010
+
+
+def make_gate(**overrides):
+    options = {"min_speedup": 1.08, "reprobe": 32, "reprobe_max": 1024, "tuning": TUNING}
+    options.update(overrides)
+    return ThroughputGate(**options)
+
+
+def spec_ticks(gate, count, tokens, seconds):
+    for _ in range(count):
+        gate.record_spec_tick(tokens, seconds)
+
+
+def plain_ticks(gate, count, tokens=PLAIN_TOKENS, seconds=PLAIN_SECONDS):
+    for _ in range(count):
+        gate.record_plain_tick(tokens, seconds)
+
+
+def probe(gate, spec_tokens, spec_seconds):
+    """Warm-up, then a full speculating probe and a full plain probe."""
+    gate.record_spec_tick(spec_tokens, spec_seconds)  # warm-up
+    spec_ticks(gate, TUNING.probe_ticks, spec_tokens, spec_seconds)
+    plain_ticks(gate, TUNING.probe_ticks)
+
+
+def lose(gate):
+    probe(gate, spec_tokens=2, spec_seconds=0.020)  # 100 tokens/s against 200
+
+
+def win(gate):
+    probe(gate, spec_tokens=5, spec_seconds=0.012)  # ~417 tokens/s against 200
+
+
+def test_a_fresh_gate_speculates_to_measure():
+    gate = make_gate()
+    assert gate.phase is Phase.WARM_UP
+    assert gate.speculate
+
+
+def test_the_first_speculating_tick_is_not_measured():
+    gate = make_gate()
+    gate.record_spec_tick(1, 100.0)  # a cold first tick, absurdly slow
+    assert gate.phase is Phase.PROBE_SPEC
+    assert gate.spec_sample.ticks == 0
+    spec_ticks(gate, TUNING.probe_ticks, 5, 0.012)
+    assert gate.spec_sample.seconds == pytest.approx(TUNING.probe_ticks * 0.012)
+    plain_ticks(gate, TUNING.probe_ticks)
+    assert gate.phase is Phase.SPECULATE
+
+
+def test_after_the_speculating_probe_the_gate_measures_plain_decoding():
+    gate = make_gate()
+    gate.record_spec_tick(5, 0.012)
+    spec_ticks(gate, TUNING.probe_ticks, 5, 0.012)
+    assert gate.phase is Phase.PROBE_PLAIN
+    assert not gate.speculate
+
+
+def test_speculation_clearly_faster_keeps_speculating():
+    gate = make_gate()
+    win(gate)
+    assert gate.phase is Phase.SPECULATE
+    assert gate.last_verdict is not None and gate.last_verdict.speculate
+    # Across windows and re-checks, a faster speculation keeps winning.
+    for _ in range(3):
+        spec_ticks(gate, TUNING.window_ticks, 5, 0.012)
+        assert gate.phase is Phase.PROBE_PLAIN  # the window's re-check
+        plain_ticks(gate, TUNING.probe_ticks)
+        assert gate.phase is Phase.SPECULATE
+
+
+def test_speculation_slower_than_plain_decodes_plainly():
+    gate = make_gate()
+    lose(gate)
+    assert gate.phase is Phase.PLAIN
+    assert not gate.speculate
+    assert gate.last_verdict is not None and not gate.last_verdict.speculate
+    assert gate.last_verdict.spec_rate == pytest.approx(100.0)
+    assert gate.last_verdict.plain_rate == pytest.approx(200.0)
+
+
+def test_speculation_faster_but_not_by_min_speedup_decodes_plainly():
+    gate = make_gate()
+    probe(gate, spec_tokens=2, spec_seconds=0.0095)  # 1.05x plain, below 1.08x
+    assert gate.phase is Phase.PLAIN
+
+
+def test_speculation_exactly_min_speedup_faster_speculates():
+    gate = make_gate(min_speedup=1.25)
+    probe(gate, spec_tokens=5, spec_seconds=0.020)  # 250 tokens/s = 1.25 x 200
+    assert gate.phase is Phase.SPECULATE
+
+
+def test_a_tick_that_drafted_nothing_feeds_the_plain_sample():
+    gate = make_gate()
+    gate.record_spec_tick(5, 0.012)  # warm-up
+    plain_ticks(gate, TUNING.probe_ticks)  # undrafted ticks while speculating
+    assert gate.phase is Phase.PROBE_SPEC
+    assert gate.plain_sample.ticks == TUNING.probe_ticks
+    spec_ticks(gate, TUNING.probe_ticks, 5, 0.012)
+    # Plain was already measured, so the decision needs no forced plain ticks.
+    assert gate.phase is Phase.SPECULATE
+
+
+def test_plain_ticks_during_warm_up_are_measured_and_do_not_end_the_warm_up():
+    gate = make_gate()
+    plain_ticks(gate, 3)
+    assert gate.phase is Phase.WARM_UP
+    assert gate.plain_sample.ticks == 3
+
+
+def test_a_tick_whose_clock_did_not_advance_is_dropped():
+    gate = make_gate()
+    gate.record_spec_tick(5, 0.012)
+    gate.record_spec_tick(5, 0.0)
+    gate.record_spec_tick(5, float("nan"))
+    gate.record_plain_tick(2, -1.0)
+    assert gate.spec_sample.ticks == 0
+    assert gate.plain_sample.ticks == 0
+
+
+def test_a_tick_cannot_commit_a_negative_count():
+    with pytest.raises(ValueError):
+        make_gate().record_plain_tick(-1, 0.01)
+
+
+def test_a_window_whose_rate_falls_clearly_below_plain_stops_early():
+    gate = make_gate()
+    win(gate)
+    spec_ticks(gate, TUNING.early_stop_ticks - 1, 1, 0.012)  # ~83 tokens/s
+    assert gate.phase is Phase.SPECULATE  # not judged before early_stop_ticks
+    gate.record_spec_tick(1, 0.012)
+    assert gate.phase is Phase.PROBE_PLAIN  # well before window_ticks
+    plain_ticks(gate, TUNING.probe_ticks)
+    assert gate.phase is Phase.PLAIN
+
+
+def test_a_window_slightly_below_its_probe_but_above_the_margin_runs_on():
+    gate = make_gate()
+    win(gate)
+    spec_ticks(gate, TUNING.window_ticks - 1, 2, 0.0105)  # ~190 tokens/s: above 0.9 x 200
+    assert gate.phase is Phase.SPECULATE
+
+
+def test_undrafted_ticks_inside_a_window_are_not_judged():
+    gate = make_gate()
+    win(gate)
+    plain_ticks(gate, TUNING.window_ticks * 2)
+    assert gate.phase is Phase.SPECULATE
+    assert gate.window_sample.ticks == 0
+
+
+def test_a_loss_waits_reprobe_finished_requests_then_measures_again():
+    gate = make_gate()
+    lose(gate)
+    assert gate.reprobe_at == 32
+    gate.requests_finished(31)
+    assert gate.phase is Phase.PLAIN
+    gate.requests_finished(32)
+    assert gate.phase is Phase.WARM_UP
+    assert gate.speculate
+    assert gate.spec_sample.ticks == 0 and gate.plain_sample.ticks == 0
+
+
+def test_the_wait_counts_from_the_requests_finished_at_the_loss():
+    gate = make_gate(requests_seen=100)
+    lose(gate)
+    assert gate.reprobe_at == 132
+
+
+def test_repeated_losses_double_the_wait_up_to_reprobe_max():
+    gate = make_gate(reprobe=32, reprobe_max=1024)
+    finished, waits = 0, []
+    for _ in range(8):
+        lose(gate)
+        assert gate.phase is Phase.PLAIN
+        waits.append(gate.reprobe_at - finished)
+        finished = gate.reprobe_at
+        gate.requests_finished(finished)
+    assert waits == [32, 64, 128, 256, 512, 1024, 1024, 1024]
+
+
+def test_a_win_starts_the_doubling_over():
+    gate = make_gate()
+    lose(gate)
+    gate.requests_finished(32)
+    lose(gate)
+    assert gate.last_wait == 64
+    gate.requests_finished(32 + 64)
+    win(gate)
+    spec_ticks(gate, TUNING.window_ticks, 2, 0.020)  # the traffic changed: now slower
+    plain_ticks(gate, TUNING.probe_ticks)
+    assert gate.phase is Phase.PLAIN
+    assert gate.last_wait == 32
+
+
+def test_reprobe_zero_makes_the_first_loss_final():
+    gate = make_gate(reprobe=0)
+    lose(gate)
+    assert gate.phase is Phase.FINAL_PLAIN
+    assert gate.reprobe_at is None
+    gate.requests_finished(10_000)
+    assert gate.phase is Phase.FINAL_PLAIN
+    assert not gate.speculate
+
+
+def test_a_stray_speculating_tick_while_plain_changes_nothing():
+    gate = make_gate()
+    lose(gate)
+    spec_ticks(gate, 50, 9, 0.001)
+    assert gate.phase is Phase.PLAIN
+    assert gate.reprobe_at == 32
