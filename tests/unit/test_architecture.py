@@ -1,0 +1,100 @@
+"""The dependency rule and the purity of the domain, checked on every test run."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOMAIN = ROOT / "src" / "superfluid" / "domain"
+BIN = Path(sys.executable).parent
+
+# Names whose use would give the domain I/O, a clock, the environment or threads.
+FORBIDDEN_CALLS = {"open", "input", "print", "exec", "eval", "__import__"}
+FORBIDDEN_ATTRIBUTES = {
+    ("os", "environ"),
+    ("os", "getenv"),
+    ("time", "time"),
+    ("time", "monotonic"),
+}
+
+
+def _domain_modules():
+    return sorted(DOMAIN.rglob("*.py"))
+
+
+def _imported_roots(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name.split(".")[0], node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module.split(".")[0], node.lineno
+
+
+def test_import_linter_contracts_hold():
+    result = subprocess.run(
+        [str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("path", _domain_modules(), ids=lambda p: str(p.relative_to(DOMAIN)))
+def test_the_domain_imports_only_the_stdlib_numpy_and_itself(path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    allowed = set(sys.stdlib_module_names) | {"numpy", "superfluid"}
+    # The stdlib modules that would let the domain touch the outside world.
+    impure = {
+        "os",
+        "io",
+        "time",
+        "threading",
+        "socket",
+        "subprocess",
+        "pathlib",
+        "shutil",
+        "random",
+        "asyncio",
+        "multiprocessing",
+        "urllib",
+        "http",
+        "tempfile",
+        "glob",
+        "sqlite3",
+    }
+    for root, line in _imported_roots(tree):
+        assert root in allowed, f"{path.name}:{line} imports {root}"
+        assert root not in impure, f"{path.name}:{line} imports {root} (I/O, clock or threads)"
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("superfluid")
+        ):
+            assert node.module.startswith("superfluid.domain"), f"{path.name} imports {node.module}"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            assert node.func.id not in FORBIDDEN_CALLS, (
+                f"{path.name}:{node.lineno} calls {node.func.id}"
+            )
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            pair = (node.value.id, node.attr)
+            assert pair not in FORBIDDEN_ATTRIBUTES, f"{path.name}:{node.lineno} uses {pair}"
+
+
+def test_ruff_finds_nothing():
+    result = subprocess.run(
+        [str(BIN / "ruff"), "check", "src", "tests", "bench"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_core_type_checks_strictly():
+    result = subprocess.run(
+        [str(BIN / "mypy"), "--no-error-summary"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
