@@ -1,0 +1,298 @@
+"""The executor: lanes and ticks, one packed runtime step per tick.
+
+A tick reads top to bottom: free cancelled lanes, admit waiting requests, then build one feed
+per lane — a prompt chunk for a lane still prefilling, the pending token alone for a lane that
+decodes plainly, the pending token plus a draft for a lane that speculates — run them all in
+one step, and commit: sample or verify each lane's rows, cut rejected draft cells off the KV,
+and report committed tokens. The maths lives in the domain (sampling, verification,
+prompt-lookup); the gates decide per tick whether drafting pays at this lane count.
+
+Invariant per lane: `history` is every committed token (prompt + output); the KV holds all of
+it but the last committed token, which is `pending` and is fed first in the next round.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from superfluid.application.drafting import Drafter, DraftState
+from superfluid.application.ports import Feed, Logits, Runtime
+from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
+from superfluid.domain.verification import verify_by_matching
+
+#: Prompt tokens fed per lane per tick: long prompts are chunked so decoding lanes keep moving.
+PREFILL_CHUNK = 512
+
+#: Depth used when no policy is given (prompt-lookup's default, SPECULATION.md §4).
+DEFAULT_DEPTH = 4
+
+
+class TickPlan(Protocol):
+    @property
+    def depth(self) -> int: ...
+
+
+class SpeculationPolicy(Protocol):
+    """What the executor asks the gates (one policy per served model; see domain.gates.policy)."""
+
+    def plan(self, lane_count: int) -> TickPlan:
+        """This tick's draft depth at this lane count; depth 0 decodes plainly."""
+        ...
+
+    def may_draft(self, request_id: Hashable) -> bool: ...
+
+    def request_started(self, request_id: Hashable) -> None: ...
+
+    def request_finished(self, request_id: Hashable) -> None: ...
+
+    def record_round(
+        self, request_id: Hashable, lane_count: int, *, drafted: int, accepted: int
+    ) -> None: ...
+
+    def record_spec_tick(
+        self, lane_count: int, *, drafted: int, committed: int, seconds: float, rows: int
+    ) -> None: ...
+
+    def record_plain_tick(self, lane_count: int, *, committed: int, seconds: float) -> None: ...
+
+
+@dataclass(eq=False)
+class _Lane:
+    request: GenerationRequest
+    seq: int
+    history: list[int]
+    draft_state: DraftState | None
+    prefilled: int = 0  # prompt tokens already in the KV
+    pending: int | None = None  # last committed token, not yet in the KV
+    generated: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    finish: Finish | None = None
+    out: list[int] = field(default_factory=list)
+
+    @property
+    def kv_len(self) -> int:
+        return len(self.history) - 1 if self.pending is not None else self.prefilled
+
+    @property
+    def stats(self) -> SpecStats:
+        return SpecStats(self.proposed, self.accepted)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    lane: _Lane
+    feed: Feed
+    draft: list[int]
+    prefill: bool
+
+
+class Executor:
+    """Runs requests on one runtime; single-threaded: call `tick()` from one worker."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        max_lanes: int,
+        clock: Callable[[], float],
+        drafter: Drafter | None = None,
+        policy: SpeculationPolicy | None = None,
+    ) -> None:
+        caps = runtime.capabilities
+        self._runtime = runtime
+        self._caps = caps
+        self._max_lanes = max(1, min(max_lanes, caps.max_sequences))
+        self._clock = clock
+        self._drafter = drafter if caps.truncate_partial else None
+        self._policy = policy
+        self._waiting: collections.deque[GenerationRequest] = collections.deque()
+        self._lanes: list[_Lane] = []
+
+    @property
+    def active_lanes(self) -> int:
+        return len(self._lanes)
+
+    @property
+    def idle(self) -> bool:
+        return not self._lanes and not self._waiting
+
+    def submit(self, request: GenerationRequest) -> None:
+        self._waiting.append(request)
+
+    def tick(self) -> list[Committed]:
+        events: list[Committed] = []
+        self._drop_cancelled(events)
+        self._admit(events)
+        if not self._lanes:
+            return events
+        decoding = sum(1 for lane in self._lanes if lane.pending is not None)
+        plans = [self._plan(lane, decoding) for lane in self._lanes]
+        started = self._clock()
+        try:
+            rows = self._runtime.step([plan.feed for plan in plans])
+        except Exception as error:  # a runtime fault fails this tick's lanes, not the server
+            for plan in plans:
+                self._finish(plan.lane, Finish.ERROR, events, error=f"runtime step failed: {error}")
+            self._release_finished()
+            return events
+        seconds = self._clock() - started
+        committed = sum(
+            self._commit(plan, lane_rows, decoding, events)
+            for plan, lane_rows in zip(plans, rows, strict=True)
+        )
+        # Gate measurements are clean only when no prefill shared the step.
+        if self._policy is not None and decoding and not any(plan.prefill for plan in plans):
+            self._record_tick(plans, decoding, committed, seconds)
+        self._release_finished()
+        return events
+
+    def _record_tick(
+        self, plans: list[_Plan], decoding: int, committed: int, seconds: float
+    ) -> None:
+        assert self._policy is not None
+        drafted = sum(len(plan.draft) for plan in plans)
+        if drafted:
+            rows = 1 + max(len(plan.draft) for plan in plans)
+            self._policy.record_spec_tick(
+                decoding, drafted=drafted, committed=committed, seconds=seconds, rows=rows
+            )
+        else:
+            self._policy.record_plain_tick(decoding, committed=committed, seconds=seconds)
+
+    # -- admission and release -------------------------------------------------------------
+
+    def _admit(self, events: list[Committed]) -> None:
+        while self._waiting and len(self._lanes) < self._max_lanes:
+            request = self._waiting.popleft()
+            if request.cancelled:
+                events.append(Committed(request.id, (), SpecStats(), Finish.CANCELLED))
+                continue
+            if not request.prompt or len(request.prompt) >= self._caps.context_size:
+                why = (
+                    f"the prompt ({len(request.prompt)} tokens) does not fit the context window"
+                    f" ({self._caps.context_size} tokens)"
+                    if request.prompt
+                    else "the prompt is empty"
+                )
+                events.append(Committed(request.id, (), SpecStats(), Finish.ERROR, why))
+                continue
+            speculates = request.speculate and self._drafter is not None
+            lane = _Lane(
+                request=request,
+                seq=self._runtime.new_sequence(),
+                history=list(request.prompt),
+                draft_state=self._drafter.open(request.prompt)
+                if speculates and self._drafter
+                else None,
+            )
+            if self._policy is not None and lane.draft_state is not None:
+                self._policy.request_started(request.id)
+            self._lanes.append(lane)
+
+    def _drop_cancelled(self, events: list[Committed]) -> None:
+        for lane in self._lanes:
+            if lane.request.cancelled:
+                self._finish(lane, Finish.CANCELLED, events)
+        self._release_finished()
+
+    def _finish(
+        self, lane: _Lane, finish: Finish, events: list[Committed], error: str | None = None
+    ) -> None:
+        lane.finish = finish
+        events.append(Committed(lane.request.id, tuple(lane.out), lane.stats, finish, error))
+        lane.out = []
+
+    def _release_finished(self) -> None:
+        keep: list[_Lane] = []
+        for lane in self._lanes:
+            if lane.finish is None:
+                keep.append(lane)
+                continue
+            self._runtime.free_sequence(lane.seq)
+            if self._policy is not None and lane.draft_state is not None:
+                self._policy.request_finished(lane.request.id)
+        self._lanes = keep
+
+    # -- one lane's feed -------------------------------------------------------------------
+
+    def _plan(self, lane: _Lane, decoding: int) -> _Plan:
+        if lane.pending is None:
+            chunk = lane.request.prompt[lane.prefilled : lane.prefilled + PREFILL_CHUNK]
+            return _Plan(lane, Feed(lane.seq, chunk, lane.prefilled), [], prefill=True)
+        draft = self._draft(lane, decoding)
+        tokens = [lane.pending, *draft]
+        return _Plan(
+            lane, Feed(lane.seq, tokens, lane.kv_len, all_rows=bool(draft)), draft, prefill=False
+        )
+
+    def _draft(self, lane: _Lane, decoding: int) -> list[int]:
+        state = lane.draft_state
+        if state is None or (decoding > 1 and not self._caps.verify_batches):
+            return []
+        policy = self._policy
+        depth = policy.plan(decoding).depth if policy is not None else DEFAULT_DEPTH
+        if depth <= 0 or (policy is not None and not policy.may_draft(lane.request.id)):
+            return []
+        # A round commits up to len(draft) + 1 tokens: keep within max_tokens, the context
+        # (the pending token takes a cell too) and the rows the runtime verifies at once.
+        budget = lane.request.max_tokens - lane.generated
+        room = self._caps.context_size - lane.kv_len - 1
+        k = min(depth, budget - 1, room, self._caps.max_verify_rows - 1)
+        return state.propose(k) if k > 0 else []
+
+    # -- commit ----------------------------------------------------------------------------
+
+    def _commit(self, plan: _Plan, rows: Logits, decoding: int, events: list[Committed]) -> int:
+        lane = plan.lane
+        if lane.finish is not None:
+            return 0
+        request = lane.request
+        if plan.prefill:
+            lane.prefilled += len(plan.feed.tokens)
+            if lane.prefilled < len(request.prompt):
+                return 0  # more prompt to feed next tick
+        stops = self._caps.eos_tokens | request.stop_tokens
+        budget = min(
+            request.max_tokens - lane.generated, self._caps.context_size - len(lane.history)
+        )
+        if budget <= 0:
+            self._finish(lane, Finish.LENGTH, events)
+            return 0
+        result = verify_by_matching(
+            rows, plan.draft, request.params, lane.history, lane.generated, stops, budget
+        )
+        if plan.draft:
+            lane.proposed += len(plan.draft)
+            lane.accepted += result.accepted
+            if self._policy is not None:
+                self._policy.record_round(
+                    request.id, decoding, drafted=len(plan.draft), accepted=result.accepted
+                )
+            if result.keep_length < plan.feed.start + len(plan.feed.tokens):
+                try:
+                    self._runtime.cut(lane.seq, result.keep_length)
+                except Exception as error:  # never decode on from a KV that did not cut
+                    self._finish(
+                        lane, Finish.ERROR, events, error=f"cutting the KV back failed: {error}"
+                    )
+                    return 0
+        tokens = result.tokens
+        lane.history.extend(tokens)
+        lane.generated += len(tokens)
+        lane.pending = tokens[-1]
+        if lane.draft_state is not None:
+            lane.draft_state.commit(tokens)
+        stopped = tokens[-1] in stops
+        lane.out.extend(tokens[:-1] if stopped else tokens)
+        if stopped:
+            self._finish(lane, Finish.STOP, events)
+        elif result.finished or len(lane.history) >= self._caps.context_size:
+            self._finish(lane, Finish.LENGTH, events)
+        elif lane.out:
+            events.append(Committed(request.id, tuple(lane.out), lane.stats))
+            lane.out = []
+        return len(tokens)

@@ -1,0 +1,119 @@
+"""Test doubles: a deterministic, batch-invariant runtime (the FakeRepository of this project).
+
+The fake model's next-token logits are a pure function of the last few tokens of the sequence,
+so a row never depends on how many rows or lanes share a step: exactly the property under which
+speculative output must equal plain output token for token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
+
+EOS = 0
+
+
+class FakeModel:
+    """Logits from a hash of the last `order` tokens; `peak` sharpens the favourite token."""
+
+    def __init__(
+        self, vocab: int = 48, order: int = 2, peak: float = 3.0, salt: int = 0, eos: bool = True
+    ) -> None:
+        self.vocab, self.order, self.peak, self.salt, self.eos = vocab, order, peak, salt, eos
+        self._cache: dict[tuple[int, ...], Logits] = {}
+
+    def logits(self, context: Sequence[int]) -> Logits:
+        key = tuple(context[-self.order :])
+        row = self._cache.get(key)
+        if row is None:
+            digest = hashlib.blake2b(repr((self.salt, key)).encode(), digest_size=8).digest()
+            rng = np.random.default_rng(int.from_bytes(digest, "little"))
+            row = rng.normal(size=self.vocab).astype(np.float32)
+            row[rng.integers(self.vocab)] += self.peak
+            if not self.eos:
+                row[EOS] = -1e9  # a model that never ends by itself
+            self._cache[key] = row
+        return row
+
+
+class FakeRuntime:
+    """A Runtime over FakeModel that checks every promise the executor makes to a runtime."""
+
+    name = "fake"
+
+    def __init__(
+        self,
+        model: FakeModel | None = None,
+        *,
+        context_size: int = 256,
+        max_sequences: int = 8,
+        max_verify_rows: int = 16,
+        verify_batches: bool = True,
+        cut_refusal: str | None = None,
+    ) -> None:
+        self.model = model or FakeModel()
+        self.capabilities = Capabilities(
+            runtime="fake",
+            verify_rows=True,
+            verify_batches=verify_batches,
+            cut_refusal=cut_refusal,
+            strategies=("prompt-lookup",) if cut_refusal is None else (),
+            max_verify_rows=max_verify_rows,
+            context_size=context_size,
+            eos_tokens=frozenset({EOS}),
+            max_sequences=max_sequences,
+        )
+        self.kv: dict[int, list[int]] = {}
+        self._next_seq = 0
+        self.steps: list[list[Feed]] = []
+        self.cuts = 0
+        self.fail_next_step = False
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        return [1 + (ord(ch) % (self.model.vocab - 1)) for ch in text]
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        return "".join(chr(0x60 + t % 32) for t in tokens).encode()
+
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+    def new_sequence(self) -> int:
+        assert len(self.kv) < self.capabilities.max_sequences, "more sequences than lanes"
+        self._next_seq += 1
+        self.kv[self._next_seq] = []
+        return self._next_seq
+
+    def free_sequence(self, seq: int) -> None:
+        del self.kv[seq]
+
+    def cut(self, seq: int, length: int) -> None:
+        assert self.capabilities.cut_refusal is None, "cut on a model that cannot cut"
+        assert 0 <= length <= len(self.kv[seq])
+        del self.kv[seq][length:]
+        self.cuts += 1
+
+    def step(self, feeds: Sequence[Feed]) -> list[Logits]:
+        self.steps.append(list(feeds))
+        if self.fail_next_step:
+            self.fail_next_step = False
+            raise RuntimeFault("injected fault")
+        assert len({feed.seq for feed in feeds}) == len(feeds), "a sequence fed twice in a step"
+        out = []
+        for feed in feeds:
+            cells = self.kv[feed.seq]
+            assert feed.start == len(cells), f"fed at {feed.start}, KV holds {len(cells)}"
+            assert feed.tokens, "an empty feed"
+            assert len(cells) + len(feed.tokens) <= self.capabilities.context_size
+            if feed.all_rows:
+                assert len(feed.tokens) <= self.capabilities.max_verify_rows
+            rows = []
+            for token in feed.tokens:
+                cells.append(token)
+                rows.append(self.model.logits(cells))
+            out.append(np.stack(rows if feed.all_rows else rows[-1:]))
+        return out

@@ -1,0 +1,76 @@
+"""The executor's promise on a batch-invariant runtime: speculation never changes output."""
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.executor import Executor
+from superfluid.application.requests import GenerationRequest
+from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.sampling import SamplingParams
+from superfluid.domain.spec_settings import SpecSettings
+from tests.fakes import FakeModel, FakeRuntime
+
+prompts = st.lists(st.lists(st.integers(1, 11), min_size=1, max_size=24), min_size=1, max_size=6)
+params = st.builds(
+    SamplingParams,
+    temperature=st.sampled_from([0.0, 0.0, 0.5, 1.0, 1.7]),
+    top_k=st.sampled_from([0, 1, 5]),
+    top_p=st.sampled_from([1.0, 0.9, 0.5]),
+    min_p=st.sampled_from([0.0, 0.05]),
+    repeat_penalty=st.sampled_from([1.0, 1.3]),
+    presence_penalty=st.sampled_from([0.0, 0.5]),
+    frequency_penalty=st.sampled_from([0.0, 0.4]),
+    seed=st.integers(-(2**63), 2**64),
+)
+
+
+def generate(model, requests, *, speculate, max_lanes, depth, adaptive):
+    runtime = FakeRuntime(model, context_size=64)
+    policy = SpecPolicy(SpecSettings(adaptive=adaptive), default_depth=depth)
+    executor = Executor(
+        runtime,
+        max_lanes=max_lanes,
+        clock=itertools.count(0, 0.01).__next__,
+        drafter=PromptLookupDrafter() if speculate else None,
+        policy=policy if speculate else None,
+    )
+    for request in requests:
+        executor.submit(request)
+    out = {request.id: [] for request in requests}
+    finish = {}
+    while not executor.idle:
+        for event in executor.tick():
+            out[event.request_id].extend(event.tokens)
+            if event.finish:
+                finish[event.request_id] = event.finish
+    assert runtime.kv == {}
+    return [(out[r.id], finish[r.id]) for r in requests]
+
+
+@given(
+    prompts,
+    params,
+    st.integers(1, 4),
+    st.integers(1, 8),
+    st.booleans(),
+    st.integers(0, 3),
+    st.integers(1, 30),
+)
+def test_speculative_output_equals_plain_output_for_any_prompts_lanes_and_sampler(
+    prompt_list, sampling, max_lanes, depth, adaptive, salt, max_tokens
+):
+    model = FakeModel(vocab=12, order=1 + salt % 2, peak=4.0, salt=salt)
+
+    def requests():
+        return [GenerationRequest(list(p), sampling, max_tokens) for p in prompt_list]
+
+    plain = generate(
+        model, requests(), speculate=False, max_lanes=max_lanes, depth=depth, adaptive=adaptive
+    )
+    spec = generate(
+        model, requests(), speculate=True, max_lanes=max_lanes, depth=depth, adaptive=adaptive
+    )
+    assert spec == plain

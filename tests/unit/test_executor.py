@@ -1,0 +1,241 @@
+import itertools
+
+import pytest
+
+from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.executor import Executor
+from superfluid.application.requests import Finish, GenerationRequest
+from superfluid.domain.gates.policy import TickPlan
+from superfluid.domain.sampling import SamplingParams
+from tests.fakes import EOS, FakeModel, FakeRuntime
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+class FixedDepth:
+    """A policy that always drafts at one depth and records what it is told."""
+
+    def __init__(self, depth=4):
+        self._depth = depth
+        self.rounds = []
+        self.ticks = []
+        self.open = set()
+
+    def plan(self, lane_count):
+        return TickPlan(self._depth)
+
+    def may_draft(self, request_id):
+        return True
+
+    def request_started(self, request_id):
+        self.open.add(request_id)
+
+    def request_finished(self, request_id):
+        self.open.remove(request_id)
+
+    def record_round(self, request_id, lane_count, *, drafted, accepted):
+        self.rounds.append((lane_count, drafted, accepted))
+
+    def record_spec_tick(self, lane_count, *, drafted, committed, seconds, rows):
+        self.ticks.append((lane_count, committed, drafted))
+
+    def record_plain_tick(self, lane_count, *, committed, seconds):
+        self.ticks.append((lane_count, committed, 0))
+
+
+def run(runtime, requests, *, speculate, depth=4, max_lanes=4, policy=None):
+    policy = policy or FixedDepth(depth)
+    executor = Executor(
+        runtime,
+        max_lanes=max_lanes,
+        clock=itertools.count().__next__,
+        drafter=PromptLookupDrafter() if speculate else None,
+        policy=policy if speculate else None,
+    )
+    for request in requests:
+        executor.submit(request)
+    out = {r.id: [] for r in requests}
+    finish = {}
+    events = []
+    for _ in range(10_000):
+        if executor.idle:
+            break
+        for event in executor.tick():
+            events.append(event)
+            out[event.request_id].extend(event.tokens)
+            if event.finish is not None:
+                finish[event.request_id] = event.finish
+    assert executor.idle, "the executor did not drain"
+    assert runtime.kv == {}, "a sequence leaked"
+    return [out[r.id] for r in requests], [finish[r.id] for r in requests], events
+
+
+def requests_for(prompts, params=GREEDY, max_tokens=40, **kw):
+    return [GenerationRequest(list(p), params, max_tokens, **kw) for p in prompts]
+
+
+PROMPTS = [[5, 6, 7, 8, 5, 6, 7], [9, 3], [1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [11] * 6, [7, 19, 23]]
+
+
+def test_speculative_greedy_output_equals_plain_greedy_output():
+    plain, plain_finish, _ = run(FakeRuntime(), requests_for(PROMPTS), speculate=False)
+    spec, spec_finish, events = run(FakeRuntime(), requests_for(PROMPTS), speculate=True)
+    assert spec == plain
+    assert spec_finish == plain_finish
+    assert sum(e.spec.accepted for e in events if e.finish) > 0, "nothing was accepted"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**40 + 7])
+def test_seeded_sampled_output_equals_plain_sampled_output(seed):
+    params = SamplingParams(temperature=0.8, top_k=20, top_p=0.95, repeat_penalty=1.1, seed=seed)
+    plain, _, _ = run(FakeRuntime(), requests_for(PROMPTS, params), speculate=False)
+    spec, _, _ = run(FakeRuntime(), requests_for(PROMPTS, params), speculate=True)
+    assert spec == plain
+
+
+def test_a_model_that_repeats_itself_accepts_drafts_and_rolls_rejections_back():
+    runtime = FakeRuntime(FakeModel(order=1, peak=6.0, eos=False))
+    (out,), _, events = run(runtime, requests_for([[3, 4, 5]], max_tokens=60), speculate=True)
+    final = events[-1].spec
+    assert final.proposed > 0 and 0 < final.accepted <= final.proposed
+    assert len(out) == 60
+
+
+def test_the_kv_always_holds_the_history_but_the_pending_token():
+    runtime = FakeRuntime()
+    policy = FixedDepth(6)
+    executor = Executor(
+        runtime, max_lanes=2, clock=lambda: 0.0, drafter=PromptLookupDrafter(), policy=policy
+    )
+    request = GenerationRequest([1, 2, 3, 1, 2, 3, 1, 2], GREEDY, 50)
+    executor.submit(request)
+    produced = []
+    while not executor.idle:
+        for event in executor.tick():
+            produced.extend(event.tokens)
+        for cells in runtime.kv.values():
+            lane_history = request.prompt + produced
+            assert cells == lane_history[: len(cells)]
+            assert len(cells) == len(lane_history) - 1
+
+
+def test_max_tokens_is_never_exceeded_even_by_an_accepted_draft():
+    for max_tokens in range(1, 12):
+        outs, finishes, _ = run(
+            FakeRuntime(FakeModel(order=1, peak=8.0)),
+            requests_for([[4, 4, 4, 4]], max_tokens=max_tokens),
+            speculate=True,
+            depth=8,
+        )
+        assert len(outs[0]) <= max_tokens
+        assert finishes[0] in (Finish.LENGTH, Finish.STOP)
+
+
+def test_eos_inside_a_draft_ends_the_lane_at_that_token():
+    # A prompt whose repeat predicts EOS: the model is forced to emit EOS after token 9.
+    model = FakeModel(order=1, peak=0.0)
+    model._cache[(9,)] = model.logits([9]).copy()
+    model._cache[(9,)][EOS] = 100.0
+    runtime = FakeRuntime(model)
+    prompt = [9, EOS, 2, 3, 9]
+    plain, plain_finish, _ = run(FakeRuntime(model), requests_for([prompt]), speculate=False)
+    spec, spec_finish, _ = run(runtime, requests_for([prompt]), speculate=True)
+    assert spec == plain == [[]]
+    assert spec_finish == plain_finish == [Finish.STOP]
+
+
+def test_the_context_window_is_never_overrun():
+    runtime = FakeRuntime(FakeModel(order=1, peak=8.0, eos=False), context_size=24)
+    outs, finishes, _ = run(
+        runtime, requests_for([[1, 2, 3, 1, 2, 3]], max_tokens=500), speculate=True, depth=8
+    )
+    assert len(outs[0]) + 6 <= 24
+    assert finishes == [Finish.LENGTH]
+
+
+def test_a_prompt_that_does_not_fit_the_context_fails_with_a_reason():
+    runtime = FakeRuntime(context_size=8)
+    executor = Executor(runtime, max_lanes=1, clock=lambda: 0.0)
+    executor.submit(GenerationRequest(list(range(1, 12)), GREEDY, 4))
+    (event,) = executor.tick()
+    assert event.finish is Finish.ERROR
+    assert "does not fit the context window (8 tokens)" in event.error
+
+
+def test_all_lanes_decode_in_one_packed_step_per_tick():
+    runtime = FakeRuntime()
+    reqs = requests_for(PROMPTS[:4], max_tokens=10)
+    run(runtime, reqs, speculate=True, max_lanes=4)
+    assert max(len(step) for step in runtime.steps) == 4
+    assert len(runtime.steps) < 4 * 11, "lanes were stepped one at a time"
+
+
+def test_lanes_beyond_max_lanes_wait_for_a_free_one():
+    runtime = FakeRuntime()
+    _, finishes, _ = run(
+        runtime, requests_for(PROMPTS, max_tokens=5), speculate=True, max_lanes=2
+    )
+    assert max(len(step) for step in runtime.steps) == 2
+    assert all(f in (Finish.LENGTH, Finish.STOP) for f in finishes)
+
+
+def test_a_cancelled_request_frees_its_lane_and_sequence_at_the_next_tick():
+    runtime = FakeRuntime()
+    executor = Executor(runtime, max_lanes=1, clock=lambda: 0.0)
+    first, second = requests_for([[1, 2, 3], [4, 5, 6]], max_tokens=1000)
+    executor.submit(first)
+    executor.submit(second)
+    executor.tick()
+    assert executor.active_lanes == 1 and len(runtime.kv) == 1
+    first.cancel()
+    events = executor.tick()
+    assert any(e.request_id == first.id and e.finish is Finish.CANCELLED for e in events)
+    assert executor.active_lanes == 1  # the second request took the freed lane
+    second.cancel()
+    executor.tick()
+    assert runtime.kv == {} and executor.idle
+
+
+def test_a_runtime_fault_fails_only_the_lanes_of_that_step():
+    runtime = FakeRuntime()
+    executor = Executor(runtime, max_lanes=1, clock=lambda: 0.0)
+    first, second = requests_for([[1, 2, 3], [4, 5, 6]], max_tokens=5)
+    executor.submit(first)
+    executor.submit(second)
+    runtime.fail_next_step = True
+    events = executor.tick()
+    assert [(e.request_id, e.finish) for e in events] == [(first.id, Finish.ERROR)]
+    assert "injected fault" in events[0].error
+    done = {}
+    while not executor.idle:
+        for e in executor.tick():
+            if e.finish:
+                done[e.request_id] = e.finish
+    assert done[second.id] in (Finish.LENGTH, Finish.STOP)
+
+
+def test_lanes_that_may_not_speculate_never_draft():
+    runtime = FakeRuntime(FakeModel(order=1, peak=8.0))
+    reqs = requests_for([[1, 2, 1, 2, 1, 2]], max_tokens=30, speculate=False)
+    _, _, events = run(runtime, reqs, speculate=True)
+    assert events[-1].spec.proposed == 0
+    assert all(not feed.all_rows for step in runtime.steps for feed in step)
+
+
+def test_a_model_that_cannot_cut_never_drafts():
+    runtime = FakeRuntime(
+        FakeModel(order=1, peak=8.0), cut_refusal="recurrent state cuts only at its head"
+    )
+    _, _, events = run(runtime, requests_for([[1, 2, 1, 2, 1, 2]], max_tokens=30), speculate=True)
+    assert events[-1].spec.proposed == 0 and runtime.cuts == 0
+
+
+def test_without_batched_verification_only_a_lone_lane_drafts():
+    runtime = FakeRuntime(FakeModel(order=1, peak=8.0, eos=False), verify_batches=False)
+    short, long = requests_for([[1, 2, 1, 2, 1, 2]] * 2, max_tokens=30)
+    short.max_tokens = 3
+    run(runtime, [short, long], speculate=True, max_lanes=2)
+    for step in runtime.steps:
+        if len(step) > 1:
+            assert not any(feed.all_rows for feed in step)
+    assert any(feed.all_rows for step in runtime.steps for feed in step)
