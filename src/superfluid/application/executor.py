@@ -59,6 +59,19 @@ class SpeculationPolicy(Protocol):
     def record_plain_tick(self, lane_count: int, *, committed: int, seconds: float) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class TickReport:
+    """What one tick did, for metrics and the monitor."""
+
+    lanes: int
+    decoding: int
+    prefill_tokens: int
+    committed: int
+    drafted: int
+    accepted: int
+    seconds: float
+
+
 @dataclass(eq=False)
 class _Lane:
     request: GenerationRequest
@@ -111,6 +124,7 @@ class Executor:
         self._policy = policy
         self._waiting: collections.deque[GenerationRequest] = collections.deque()
         self._lanes: list[_Lane] = []
+        self.last_tick: TickReport | None = None
 
     @property
     def active_lanes(self) -> int:
@@ -123,6 +137,13 @@ class Executor:
     def submit(self, request: GenerationRequest) -> None:
         self._waiting.append(request)
 
+    def abort_all(self) -> None:
+        """Drop every lane and waiting request, freeing their sequences (after a failure)."""
+        for lane in self._lanes:
+            lane.finish = Finish.ERROR
+        self._release_finished()
+        self._waiting.clear()
+
     def tick(self) -> list[Committed]:
         events: list[Committed] = []
         self._drop_cancelled(events)
@@ -130,8 +151,8 @@ class Executor:
         if not self._lanes:
             return events
         decoding = sum(1 for lane in self._lanes if lane.pending is not None)
+        started = self._clock()  # drafting and verifying are part of what speculation costs
         plans = [self._plan(lane, decoding) for lane in self._lanes]
-        started = self._clock()
         try:
             rows = self._runtime.step([plan.feed for plan in plans])
         except Exception as error:  # a runtime fault fails this tick's lanes, not the server
@@ -139,13 +160,19 @@ class Executor:
                 self._finish(plan.lane, Finish.ERROR, events, error=f"runtime step failed: {error}")
             self._release_finished()
             return events
+        committed = accepted = 0
+        for plan, lane_rows in zip(plans, rows, strict=True):
+            tokens, kept = self._commit(plan, lane_rows, decoding, events)
+            committed += tokens
+            accepted += kept
         seconds = self._clock() - started
-        committed = sum(
-            self._commit(plan, lane_rows, decoding, events)
-            for plan, lane_rows in zip(plans, rows, strict=True)
+        prefill = sum(len(plan.feed.tokens) for plan in plans if plan.prefill)
+        drafted = sum(len(plan.draft) for plan in plans)
+        self.last_tick = TickReport(
+            len(plans), decoding, prefill, committed, drafted, accepted, seconds
         )
         # Gate measurements are clean only when no prefill shared the step.
-        if self._policy is not None and decoding and not any(plan.prefill for plan in plans):
+        if self._policy is not None and decoding and not prefill:
             self._record_tick(plans, decoding, committed, seconds)
         self._release_finished()
         return events
@@ -246,22 +273,25 @@ class Executor:
 
     # -- commit ----------------------------------------------------------------------------
 
-    def _commit(self, plan: _Plan, rows: Logits, decoding: int, events: list[Committed]) -> int:
+    def _commit(
+        self, plan: _Plan, rows: Logits, decoding: int, events: list[Committed]
+    ) -> tuple[int, int]:
+        """Commit one lane's rows; returns (tokens committed, draft tokens accepted)."""
         lane = plan.lane
         if lane.finish is not None:
-            return 0
+            return 0, 0
         request = lane.request
         if plan.prefill:
             lane.prefilled += len(plan.feed.tokens)
             if lane.prefilled < len(request.prompt):
-                return 0  # more prompt to feed next tick
+                return 0, 0  # more prompt to feed next tick
         stops = self._caps.eos_tokens | request.stop_tokens
         budget = min(
             request.max_tokens - lane.generated, self._caps.context_size - len(lane.history)
         )
         if budget <= 0:
             self._finish(lane, Finish.LENGTH, events)
-            return 0
+            return 0, 0
         result = verify_by_matching(
             rows, plan.draft, request.params, lane.history, lane.generated, stops, budget
         )
@@ -279,7 +309,7 @@ class Executor:
                     self._finish(
                         lane, Finish.ERROR, events, error=f"cutting the KV back failed: {error}"
                     )
-                    return 0
+                    return 0, 0
         tokens = result.tokens
         lane.history.extend(tokens)
         lane.generated += len(tokens)
@@ -295,4 +325,4 @@ class Executor:
         elif lane.out:
             events.append(Committed(request.id, tuple(lane.out), lane.stats))
             lane.out = []
-        return len(tokens)
+        return len(tokens), result.accepted
