@@ -172,9 +172,7 @@ def test_all_lanes_decode_in_one_packed_step_per_tick():
 
 def test_lanes_beyond_max_lanes_wait_for_a_free_one():
     runtime = FakeRuntime()
-    _, finishes, _ = run(
-        runtime, requests_for(PROMPTS, max_tokens=5), speculate=True, max_lanes=2
-    )
+    _, finishes, _ = run(runtime, requests_for(PROMPTS, max_tokens=5), speculate=True, max_lanes=2)
     assert max(len(step) for step in runtime.steps) == 2
     assert all(f in (Finish.LENGTH, Finish.STOP) for f in finishes)
 
@@ -239,3 +237,29 @@ def test_without_batched_verification_only_a_lone_lane_drafts():
         if len(step) > 1:
             assert not any(feed.all_rows for feed in step)
     assert any(feed.all_rows for step in runtime.steps for feed in step)
+
+
+def test_each_tick_reports_what_it_drafted_accepted_and_committed():
+    runtime = FakeRuntime(FakeModel(order=1, peak=8.0, eos=False))
+    executor = Executor(
+        runtime,
+        max_lanes=2,
+        clock=itertools.count().__next__,
+        drafter=PromptLookupDrafter(),
+        policy=FixedDepth(4),
+    )
+    executor.submit(GenerationRequest([1, 2, 1, 2, 1, 2], GREEDY, 40))
+    totals = {"drafted": 0, "accepted": 0, "committed": 0, "prefill": 0}
+    generated = 0
+    while not executor.idle:
+        generated += sum(len(e.tokens) for e in executor.tick())
+        report = executor.last_tick
+        assert sum(report.accepted_at) == report.accepted <= report.drafted
+        assert list(report.accepted_at) == sorted(report.accepted_at, reverse=True)
+        totals["drafted"] += report.drafted
+        totals["accepted"] += report.accepted
+        totals["committed"] += report.committed
+        totals["prefill"] += report.prefill_tokens
+    assert totals["prefill"] == 6
+    assert totals["committed"] == generated == 40
+    assert 0 < totals["accepted"] <= totals["drafted"]

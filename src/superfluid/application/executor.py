@@ -70,6 +70,8 @@ class TickReport:
     drafted: int
     accepted: int
     seconds: float
+    #: accepted_at[i]: lanes whose draft token at position i (0-based) was accepted this tick.
+    accepted_at: tuple[int, ...] = ()
 
 
 @dataclass(eq=False)
@@ -161,10 +163,13 @@ class Executor:
             self._release_finished()
             return events
         committed = accepted = 0
+        accepted_at = [0] * max((len(plan.draft) for plan in plans), default=0)
         for plan, lane_rows in zip(plans, rows, strict=True):
             tokens, kept = self._commit(plan, lane_rows, decoding, events)
             committed += tokens
             accepted += kept
+            for position in range(kept):
+                accepted_at[position] += 1
         seconds = self._clock() - started
         prefill = sum(len(plan.feed.tokens) for plan in plans if plan.prefill)
         drafted = sum(len(plan.draft) for plan in plans)
