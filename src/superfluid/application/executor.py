@@ -174,7 +174,7 @@ class Executor:
         prefill = sum(len(plan.feed.tokens) for plan in plans if plan.prefill)
         drafted = sum(len(plan.draft) for plan in plans)
         self.last_tick = TickReport(
-            len(plans), decoding, prefill, committed, drafted, accepted, seconds
+            len(plans), decoding, prefill, committed, drafted, accepted, seconds, tuple(accepted_at)
         )
         # Gate measurements are clean only when no prefill shared the step.
         if self._policy is not None and decoding and not prefill:
