@@ -159,3 +159,16 @@ def test_lane_counts_with_state_are_listed():
     policy.plan(3)
     policy.plan(1)
     assert policy.lane_counts() == [1, 3]
+
+
+def test_states_read_each_lane_count_without_creating_any():
+    from superfluid.domain.gates.policy import SpecPolicy as Policy
+    from superfluid.domain.spec_settings import SpecSettings as Settings
+
+    policy = Policy(Settings(), default_depth=4)
+    assert policy.states() == []
+    policy.record_plain_tick(2, committed=2, seconds=0.1)
+    (state,) = policy.states()
+    assert state.lane_count == 2 and 1 <= state.depth <= 15 and state.phase is not None
+    assert policy.lane_counts() == [2]
+    assert policy.states() == [state]  # reading twice created nothing new

@@ -23,7 +23,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from superfluid.domain.gates.depth import DepthController
-from superfluid.domain.gates.throughput import GateTuning, ThroughputGate
+from superfluid.domain.gates.throughput import GateTuning, Phase, ThroughputGate
 from superfluid.domain.gates.yield_floor import RequestYield, StrategyStanding, YieldFloor
 from superfluid.domain.spec_settings import MAX_DRAFT_TOKENS, SpecSettings
 
@@ -40,6 +40,16 @@ class TickPlan:
 
 
 PLAIN = TickPlan(0)
+
+
+@dataclass(frozen=True, slots=True)
+class LaneCountState:
+    """A read-only view of one lane count's gates (for /metrics and the log)."""
+
+    lane_count: int
+    depth: int
+    phase: Phase | None  # None when the throughput gate is switched off
+    speculating: bool
 
 
 class SpecPolicy:
@@ -119,6 +129,22 @@ class SpecPolicy:
                 adaptive=self.settings.adaptive,
             )
         return controller
+
+    def states(self) -> list[LaneCountState]:
+        """Every lane count's state, read without creating any (safe from another thread)."""
+        gates, depths = dict(self._gates), dict(self._depths)
+        views = []
+        for lane_count in sorted(set(gates) | set(depths)):
+            gate, depth = gates.get(lane_count), depths.get(lane_count)
+            views.append(
+                LaneCountState(
+                    lane_count,
+                    depth.choose() if depth is not None else self.default_depth,
+                    gate.phase if gate is not None else None,
+                    gate.speculate if gate is not None else True,
+                )
+            )
+        return views
 
     def lane_counts(self) -> list[int]:
         """Lane counts that have state (for /metrics and the log)."""
