@@ -1,0 +1,196 @@
+"""The OpenAI-compatible HTTP API over a running `GenerationService`.
+
+Routes: `POST /v1/chat/completions`, `POST /v1/completions` (streamed or not), `GET /v1/models`
+(and `/v1/models/{id}`), `GET /health`, `GET /metrics`. With an API key, every `/v1/*` route
+wants `Authorization: Bearer <key>`; `/health` and `/metrics` stay open for probes and scrapers.
+
+The service is started and stopped by the caller; the app only submits requests to it. Each
+request is parsed and checked completely (intake.py) before it is submitted, so bad input is a
+400 and never costs a lane.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from superfluid.application.service import GenerationService, ModelHost
+from superfluid.entrypoints.http.errors import SERVER_ERROR, ApiError, install_error_handlers
+from superfluid.entrypoints.http.exposition import MetricsExposition, RequestMetricsMiddleware
+from superfluid.entrypoints.http.generation import Generation, Piece, unless_disconnected
+from superfluid.entrypoints.http.intake import (
+    ServerDefaults,
+    chat_messages,
+    check_supported,
+    completion_prompt,
+    find_host,
+    generation_request,
+    read_body,
+)
+from superfluid.entrypoints.http.replies import ReplyFrame, usage
+from superfluid.entrypoints.http.schemas import ChatCompletionBody, CompletionBody
+from superfluid.entrypoints.http.streaming import GenerationStream, sse_events
+
+
+def create_app(
+    service: GenerationService,
+    *,
+    metrics: MetricsExposition | None,
+    api_key: str | None = None,
+    cli_temperature: float | None = None,
+    cli_seed: int | None = None,
+    max_temperature: float | None = None,
+    max_body_bytes: int = 1 << 20,
+) -> FastAPI:
+    """The app serving `service` (already started by the caller, who also stops it)."""
+    defaults = ServerDefaults(cli_temperature, cli_seed, max_temperature)
+    started = int(time.time())
+    # No OpenAPI page: the API is OpenAI's, documented there, and the surface stays small.
+    app = FastAPI(title="superfluid", openapi_url=None, docs_url=None, redoc_url=None)
+    install_error_handlers(app)
+    if metrics is not None:
+        app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
+
+    guards = [Depends(_bearer_guard(api_key))] if api_key else []
+    v1 = APIRouter(prefix="/v1", dependencies=guards)
+
+    @v1.post("/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = await read_body(request, ChatCompletionBody, max_body_bytes)
+        check_supported(body)
+        host = find_host(service, body.model)
+        messages = chat_messages(body.messages)
+
+        def prompt_tokens() -> list[int]:
+            text = host.runtime.chat_prompt(messages)
+            return host.runtime.tokenize(text, add_special=True)
+
+        # Templates and tokenizers are plain blocking code: keep them off the event loop.
+        prompt = await run_in_threadpool(prompt_tokens)
+        return await _reply(request, body, host, prompt, chat=True)
+
+    @v1.post("/completions")
+    async def completions(request: Request) -> Response:
+        body = await read_body(request, CompletionBody, max_body_bytes)
+        check_supported(body)
+        host = find_host(service, body.model)
+        text = completion_prompt(body)
+        prompt = await run_in_threadpool(host.runtime.tokenize, text, add_special=True)
+        return await _reply(request, body, host, prompt, chat=False)
+
+    @v1.get("/models")
+    async def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": [_model_card(h, started) for h in service.hosts]}
+
+    @v1.get("/models/{model:path}")
+    async def get_model(model: str) -> dict[str, Any]:
+        return _model_card(find_host(service, model), started)
+
+    app.include_router(v1)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "models": [host.name for host in service.hosts]}
+
+    @app.get("/metrics")
+    async def metrics_page() -> Response:
+        if metrics is None:
+            return PlainTextResponse("metrics are not enabled on this server\n", status_code=404)
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
+
+    async def _reply(
+        request: Request,
+        body: ChatCompletionBody | CompletionBody,
+        host: ModelHost,
+        prompt: list[int],
+        *,
+        chat: bool,
+    ) -> Response:
+        work = generation_request(body, host, prompt, defaults)
+        generation = Generation(service, host, work, body.stop_strings)
+        frame = ReplyFrame(model=host.name, chat=chat)
+        generation.start()
+        handed_to_stream = False
+        try:
+            if body.streaming:
+                # Wait for the first piece before any byte goes out, so a failure this early is
+                # an ordinary HTTP error rather than an event inside a 200 stream.
+                first = await unless_disconnected(generation.next_piece(), request)
+                _raise_if_failed(first)
+                events = sse_events(generation, first, frame, body.options)
+                handed_to_stream = True
+                return GenerationStream(generation, events)
+            text, last = await unless_disconnected(_whole_reply(generation), request)
+            _raise_if_failed(last)
+            assert last.finish is not None
+            totals = usage(generation.prompt_tokens, last.completion_tokens)
+            return JSONResponse(frame.reply(text, last.finish, totals, last.spec))
+        finally:
+            if not handed_to_stream:
+                generation.cancel()  # finished, failed or abandoned: the lane is not needed
+
+    return app
+
+
+async def _whole_reply(generation: Generation) -> tuple[str, Piece]:
+    texts = []
+    while True:
+        piece = await generation.next_piece()
+        texts.append(piece.text)
+        if piece.last:
+            return "".join(texts), piece
+
+
+def _raise_if_failed(piece: Piece) -> None:
+    if piece.error is not None:
+        raise ApiError(piece.error_status, piece.error, type=SERVER_ERROR)
+
+
+def _bearer_guard(api_key: str) -> Callable[[Request], Coroutine[Any, Any, None]]:
+    expected = api_key.encode()
+
+    async def require_api_key(request: Request) -> None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise _unauthorized("this server needs an API key: send `Authorization: Bearer <key>`")
+        # Constant-time comparison: the time taken must not tell how much of a guess was right.
+        if not hmac.compare_digest(token.strip().encode(), expected):
+            raise _unauthorized(
+                "the API key is not this server's; send the key it was started with"
+            )
+
+    return require_api_key
+
+
+def _unauthorized(message: str) -> ApiError:
+    return ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+def _model_card(host: ModelHost, created: int) -> dict[str, Any]:
+    caps = host.runtime.capabilities
+    return {
+        "id": host.name,
+        "object": "model",
+        "created": created,
+        "owned_by": "superfluid",
+        "superfluid": {
+            "runtime": caps.runtime,
+            "strategy": host.registration.strategy,
+            "capabilities": {
+                "verify_rows": caps.verify_rows,
+                "verify_batches": caps.verify_batches,
+                "truncate_partial": caps.truncate_partial,
+                "cut_refusal": caps.cut_refusal,
+                "strategies": list(caps.strategies),
+                "max_verify_rows": caps.max_verify_rows,
+                "context_size": caps.context_size,
+            },
+        },
+    }

@@ -1,0 +1,133 @@
+"""One request in flight: the bridge from the service's worker thread to the event loop.
+
+The service calls a sink from its worker thread with each `Committed` event. The sink must be
+quick and must not touch asyncio objects from that thread, so it only schedules the event onto
+the request's queue in the event loop (`call_soon_threadsafe`). The loop side turns events into
+`Piece`s of text through a `TextStream`, which keeps UTF-8 characters whole and cuts stop
+strings. A piece is one committed event: an accepted draft is one piece with several tokens.
+
+Whoever holds a `Generation` must call `cancel()` when it stops listening (a finished reply, a
+client that hung up, a stop string): the lane is then freed at the worker's next tick.
+Cancelling a request that already finished is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from fastapi import Request
+
+from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
+from superfluid.application.service import GenerationService, ModelHost
+from superfluid.application.text import TextStream
+from superfluid.entrypoints.http.errors import ClientGone
+
+T = TypeVar("T")
+
+#: The executor's own words when the service stops under a request (service.py).
+_SHUTTING_DOWN = "shutting down"
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Text released by one committed event, with the counts a reply reports."""
+
+    text: str
+    tokens: int  # tokens committed in this event (even when they released no text yet)
+    completion_tokens: int  # tokens committed so far, this event included
+    spec: SpecStats  # the lane's drafting so far
+    finish: str | None = None  # "stop" or "length" on the last piece
+    error: str | None = None  # set instead of `finish` when the lane failed
+
+    @property
+    def last(self) -> bool:
+        return self.finish is not None or self.error is not None
+
+    @property
+    def error_status(self) -> int:
+        """The HTTP status for a failure that happened before any byte was sent."""
+        return 503 if self.error and _SHUTTING_DOWN in self.error else 500
+
+
+class Generation:
+    def __init__(
+        self,
+        service: GenerationService,
+        host: ModelHost,
+        request: GenerationRequest,
+        stops: tuple[str, ...],
+    ) -> None:
+        self.request = request
+        self.prompt_tokens = len(request.prompt)
+        self._service = service
+        self._host = host
+        self._loop = asyncio.get_running_loop()
+        self._events: asyncio.Queue[Committed] = asyncio.Queue()
+        self._text = TextStream(host.runtime.detokenize, stops)
+        self._completion_tokens = 0
+        self._spec = SpecStats()
+        self._ended = False
+
+    def start(self) -> None:
+        self._service.submit(self._host, self.request, self._on_event)
+
+    def cancel(self) -> None:
+        self.request.cancel()
+
+    def _on_event(self, event: Committed) -> None:
+        """The sink: runs on the service's worker thread."""
+        # A closed event loop (RuntimeError) means nobody is waiting for this request any more.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+
+    async def next_piece(self) -> Piece:
+        """The next piece; the one with `last` set ends the reply (do not ask past it)."""
+        if self._ended:
+            raise RuntimeError("the reply has already ended")
+        event = await self._events.get()
+        self._completion_tokens += len(event.tokens)
+        if event.spec.proposed >= self._spec.proposed:
+            self._spec = event.spec  # a failure event carries no stats: keep what was seen
+        text = self._text.push(event.tokens)
+        if self._text.stopped:
+            # A stop string ends the reply here, whatever the lane would do next.
+            self._ended = True
+            self.cancel()
+            return self._piece(text, event, finish="stop")
+        if event.finish is None:
+            return self._piece(text, event)
+        self._ended = True
+        if event.finish in (Finish.STOP, Finish.LENGTH):
+            return self._piece(text + self._text.finish(), event, finish=event.finish.value)
+        # CANCELLED only follows our own cancel(), after which nobody listens; ERROR is real.
+        why = event.error or f"the request ended unexpectedly ({event.finish.value})"
+        return self._piece(text, event, error=why)
+
+    def _piece(
+        self, text: str, event: Committed, finish: str | None = None, error: str | None = None
+    ) -> Piece:
+        return Piece(text, len(event.tokens), self._completion_tokens, self._spec, finish, error)
+
+
+async def _until_disconnected(request: Request) -> None:
+    # The body has been read, so the next message the server hands us is the disconnect.
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(work: Awaitable[T], request: Request) -> T:
+    """`work`'s result, or ClientGone as soon as the client hangs up (work is then cancelled)."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_until_disconnected(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        raise ClientGone
+    finally:
+        task.cancel()
+        watch.cancel()

@@ -1,0 +1,261 @@
+"""From an HTTP request to a `GenerationRequest`: body, model, prompt, sampling and limits.
+
+Everything a client can get wrong is refused here with a 400/404/413 before anything is
+submitted, so the executor only ever sees requests that fit. No field names a file: a model is
+picked by name among the served ones, never opened.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import pydantic
+from fastapi import Request
+
+from superfluid.application.requests import GenerationRequest
+from superfluid.application.service import GenerationService, ModelHost
+from superfluid.domain.sampling import SamplingParams
+from superfluid.domain.spec_settings import effective_temperature
+from superfluid.entrypoints.http.errors import (
+    NOT_FOUND,
+    ApiError,
+    bad_request,
+    from_validation_errors,
+)
+from superfluid.entrypoints.http.schemas import (
+    ChatCompletionBody,
+    ChatMessage,
+    CompletionBody,
+    SamplingFields,
+)
+
+Body = TypeVar("Body", bound=pydantic.BaseModel)
+
+#: Without `max_tokens`, a reply may use the rest of the context window, up to this many tokens.
+DEFAULT_MAX_TOKENS = 2048
+
+#: Model-file suffixes a client may include or leave off when naming a served model.
+_MODEL_FILE_SUFFIXES = (".gguf", ".base", ".safetensors")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerDefaults:
+    """What the command line says about requests that leave a choice open."""
+
+    cli_temperature: float | None = None
+    cli_seed: int | None = None
+    max_temperature: float | None = None
+
+
+# -- the body -------------------------------------------------------------------------------------
+
+
+async def read_body(request: Request, schema: type[Body], max_bytes: int) -> Body:
+    """The body parsed into `schema`; 413 past `max_bytes`, whatever Content-Length claims."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(max_bytes)
+    received = bytearray()
+    async for chunk in request.stream():
+        received += chunk
+        # A chunked upload (or a lying Content-Length) is cut off as soon as it passes the limit.
+        if len(received) > max_bytes:
+            raise _too_large(max_bytes)
+    try:
+        return schema.model_validate_json(bytes(received))
+    except pydantic.ValidationError as error:
+        raise from_validation_errors(error.errors()) from None
+
+
+def _too_large(max_bytes: int) -> ApiError:
+    return ApiError(
+        413,
+        f"the request body is larger than this server accepts ({max_bytes} bytes); "
+        "send a shorter prompt",
+        code="request_too_large",
+    )
+
+
+# -- the model ------------------------------------------------------------------------------------
+
+
+def _file_stem(name: str) -> str:
+    for suffix in _MODEL_FILE_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def find_host(service: GenerationService, requested: str | None) -> ModelHost:
+    """The served model a request names.
+
+    An absent or empty name picks the first served model. Otherwise the name must be a served
+    model's name exactly, or equal it once a model-file suffix (`.gguf`, `.base`,
+    `.safetensors`) is taken off either side, so `Qwen3-4B-Q4` and `Qwen3-4B-Q4.gguf` both reach
+    the model served from `Qwen3-4B-Q4.gguf`. Anything else is a 404: a server serving one
+    model still refuses a name it does not serve, so a client that asked for another model
+    learns it did not get it.
+    """
+    hosts = service.hosts
+    if not requested:
+        return hosts[0]
+    for host in hosts:
+        if host.name == requested:
+            return host
+    stem = _file_stem(requested)
+    for host in hosts:
+        if _file_stem(host.name) == stem:
+            return host
+    served = ", ".join(host.name for host in hosts)
+    raise ApiError(
+        404,
+        f"the model `{requested}` is not served here; this server serves {served}",
+        type=NOT_FOUND,
+        param="model",
+        code="model_not_found",
+    )
+
+
+# -- the prompt -----------------------------------------------------------------------------------
+
+
+def _message_text(message: ChatMessage, index: int) -> str:
+    content = message.content
+    if content is None:
+        if message.role == "assistant":
+            return ""  # an assistant turn that only called tools carries no text
+        raise bad_request(f"messages[{index}] has no content", f"messages[{index}].content")
+    if isinstance(content, str):
+        return content
+    texts = []
+    for number, part in enumerate(content):
+        where = f"messages[{index}].content[{number}]"
+        if part.type != "text":
+            raise bad_request(
+                f"`{where}` is a `{part.type}` part; this server reads text parts only",
+                f"{where}.type",
+            )
+        if part.text is None:
+            raise bad_request(f"`{where}` is a text part without `text`", f"{where}.text")
+        texts.append(part.text)
+    # Parts are separate blocks of one message; a newline keeps their words apart.
+    return "\n".join(texts)
+
+
+def chat_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+    """Messages as the runtime's chat template takes them: role and text only."""
+    return [
+        {"role": "system" if m.role == "developer" else m.role, "content": _message_text(m, i)}
+        for i, m in enumerate(messages)
+    ]
+
+
+def completion_prompt(body: CompletionBody) -> str:
+    prompt = body.prompt
+    if isinstance(prompt, str):
+        return prompt
+    if len(prompt) != 1:
+        raise bad_request(
+            f"`prompt` holds {len(prompt)} prompts; send one prompt per request", "prompt"
+        )
+    return prompt[0]
+
+
+def check_prompt_fits(host: ModelHost, prompt: Sequence[int], param: str) -> None:
+    context = host.runtime.capabilities.context_size
+    if not prompt:
+        raise bad_request("the prompt is empty; send some text to complete", param)
+    if len(prompt) >= context:
+        raise bad_request(
+            f"the prompt is {len(prompt)} tokens, and the context window of {host.name} holds "
+            f"{context} tokens (the reply needs at least one); shorten the prompt",
+            param,
+        )
+
+
+# -- what the request asks of the sampler ---------------------------------------------------------
+
+
+def check_supported(body: SamplingFields) -> None:
+    """Refuse what this server cannot honour rather than quietly doing something else."""
+    if body.n not in (None, 1):
+        raise bad_request(f"`n` must be 1 (one choice per request), got {body.n}", "n")
+    if isinstance(body, ChatCompletionBody):
+        if body.tools:
+            raise bad_request(
+                "this server does not call tools; send the request without `tools`", "tools"
+            )
+        if body.response_format is not None and body.response_format.type == "json_schema":
+            raise bad_request(
+                "`response_format` json_schema is not supported; use json_object or text",
+                "response_format.type",
+            )
+    if isinstance(body, CompletionBody):
+        if body.echo:
+            raise bad_request("`echo` is not supported; send the request without it", "echo")
+        if body.best_of not in (None, 1):
+            raise bad_request(f"`best_of` must be 1, got {body.best_of}", "best_of")
+        if body.suffix:
+            raise bad_request("`suffix` is not supported; send the request without it", "suffix")
+
+
+def must_decode_plainly(body: SamplingFields) -> bool:
+    """Lanes with a grammar, a logit bias or logprobs never speculate (SPECULATION.md §8)."""
+    if body.logit_bias:
+        return True
+    if isinstance(body, ChatCompletionBody):
+        json_mode = body.response_format is not None and body.response_format.type != "text"
+        return json_mode or bool(body.logprobs)
+    if isinstance(body, CompletionBody):
+        return body.logprobs is not None
+    return False
+
+
+def sampling_params(
+    body: SamplingFields, host: ModelHost, defaults: ServerDefaults
+) -> SamplingParams:
+    temperature = effective_temperature(
+        body.temperature,
+        defaults.cli_temperature,
+        model_default=host.default_temperature,
+        max_temperature=defaults.max_temperature,
+        strategy_registered=host.registration.speculates,
+    )
+    # Every request gets a seed: without one from the client or the command line, a fresh
+    # random one, so two requests never share the counter-based noise stream.
+    seed = body.seed if body.seed is not None else defaults.cli_seed
+    if seed is None:
+        seed = secrets.randbits(63)
+    return SamplingParams(
+        temperature=temperature,
+        top_k=max(body.top_k or 0, 0),
+        top_p=body.top_p if body.top_p is not None else 1.0,
+        min_p=body.min_p or 0.0,
+        repeat_penalty=body.repeat_penalty or 1.0,
+        presence_penalty=body.presence_penalty or 0.0,
+        frequency_penalty=body.frequency_penalty or 0.0,
+        seed=seed,
+    )
+
+
+def generation_request(
+    body: ChatCompletionBody | CompletionBody,
+    host: ModelHost,
+    prompt: list[int],
+    defaults: ServerDefaults,
+) -> GenerationRequest:
+    check_prompt_fits(
+        host, prompt, "messages" if isinstance(body, ChatCompletionBody) else "prompt"
+    )
+    room = host.runtime.capabilities.context_size - len(prompt)
+    # An explicit limit past the window is kept: the reply then ends at the window, "length".
+    max_tokens = body.token_limit or min(room, DEFAULT_MAX_TOKENS)
+    return GenerationRequest(
+        prompt=prompt,
+        params=sampling_params(body, host, defaults),
+        max_tokens=max_tokens,
+        speculate=not must_decode_plainly(body),
+    )

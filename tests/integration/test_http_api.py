@@ -1,0 +1,387 @@
+"""The OpenAI-compatible API end to end: a real uvicorn server, the official `openai` client.
+
+The server (tests/integration/http_harness.py) serves fake models that speculate with
+prompt-lookup, so drafts are proposed, accepted, and must reach the client as promised:
+one chunk per accepted draft, cumulative usage, `superfluid.spec` on replies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.integration.http_harness import API_KEY, MAX_BODY_BYTES, ServedModels, wait_for_idle
+
+REPETITIVE = "the cat sat on the mat, " * 6
+USER = [{"role": "user", "content": REPETITIVE}]
+EVERY_USAGE = {"include_usage": True, "continuous_usage_stats": True}
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[ServedModels]:
+    with ServedModels() as models:
+        yield models
+
+
+@pytest.fixture(scope="module")
+def client(served: ServedModels) -> openai.OpenAI:
+    # No retries: a 5xx must surface as the error it is, not be retried into a success.
+    return openai.OpenAI(
+        base_url=f"{served.server.url}/v1", api_key=API_KEY, max_retries=0, timeout=20
+    )
+
+
+@pytest.fixture(scope="module")
+def http(served: ServedModels) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with httpx.Client(base_url=served.server.url, headers=headers, timeout=20) as raw:
+        yield raw
+
+
+def chat(client: openai.OpenAI, **options: Any) -> Any:
+    return client.chat.completions.create(
+        **{"model": "fake-model", "messages": USER, "temperature": 0, **options}
+    )
+
+
+def streamed_text(chunks: list[Any]) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+# -- replies and their shapes ---------------------------------------------------------------------
+
+
+def test_a_chat_reply_has_the_openai_shape_and_reports_speculation(client: openai.OpenAI) -> None:
+    reply = chat(client, max_tokens=64)
+    assert reply.id.startswith("chatcmpl-") and reply.object == "chat.completion"
+    assert reply.model == "fake-model"
+    choice = reply.choices[0]
+    assert choice.message.role == "assistant" and len(choice.message.content) == 64
+    assert choice.finish_reason == "length"
+    assert reply.usage.completion_tokens == 64
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 64
+    spec = reply.model_extra["superfluid"]["spec"]
+    assert spec["proposed"] > 0 and 0 < spec["accepted"] <= spec["proposed"]
+    assert spec["acceptance_rate"] == pytest.approx(spec["accepted"] / spec["proposed"])
+
+
+def test_a_stream_carries_each_accepted_draft_as_one_multi_token_chunk(
+    client: openai.OpenAI,
+) -> None:
+    chunks = list(chat(client, max_tokens=64, stream=True, stream_options=EVERY_USAGE))
+    content = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    assert content[0].choices[0].delta.role == "assistant"
+    counts = [c.usage.completion_tokens for c in content]
+    assert all(a < b for a, b in itertools.pairwise(counts)), counts
+    assert all(
+        c.usage.total_tokens == c.usage.prompt_tokens + c.usage.completion_tokens for c in content
+    )
+    assert max(b - a for a, b in itertools.pairwise([0, *counts])) >= 2, counts
+    closing = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(closing) == 1 and closing[0].choices[0].finish_reason == "length"
+    assert closing[0].model_extra["superfluid"]["spec"]["proposed"] > 0
+    assert closing[0].usage.completion_tokens == 64
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 64
+    assert streamed_text(chunks) == chat(client, max_tokens=64).choices[0].message.content
+
+
+def test_text_completions_stream_and_not_with_the_same_text(client: openai.OpenAI) -> None:
+    options: dict[str, Any] = {"model": "fake-model", "max_tokens": 32, "temperature": 0}
+    reply = client.completions.create(prompt=REPETITIVE, **options)
+    assert reply.id.startswith("cmpl-") and reply.object == "text_completion"
+    assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 32
+    assert reply.model_extra["superfluid"]["spec"]["proposed"] > 0
+    chunks = list(client.completions.create(prompt=[REPETITIVE], stream=True, **options))
+    assert "".join(c.choices[0].text for c in chunks) == reply.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_text_parts_are_read_as_one_message(client: openai.OpenAI) -> None:
+    parts = [{"type": "text", "text": "the cat sat"}, {"type": "text", "text": "on the mat"}]
+    joined = chat(client, messages=[{"role": "user", "content": "the cat sat\non the mat"}])
+    reply = chat(client, messages=[{"role": "user", "content": parts}], max_tokens=16)
+    assert reply.choices[0].message.content == joined.choices[0].message.content[:16]
+
+
+def test_a_stop_string_ends_the_reply_before_it_and_frees_the_lane(
+    client: openai.OpenAI, served: ServedModels
+) -> None:
+    full = chat(client, max_tokens=48).choices[0].message.content
+    stop = full[20:23]
+    before = full[: full.index(stop)]
+    # slow-model decodes what fake-model does, slowly: its lane would run for minutes if the
+    # stop string did not end it.
+    endless = {"model": "slow-model", "max_tokens": 100_000}
+    reply = chat(client, stop=[stop], **endless)
+    assert reply.choices[0].message.content == before
+    assert reply.choices[0].finish_reason == "stop"
+    assert wait_for_idle(served.slow) == 0
+    chunks = list(chat(client, stop=stop, stream=True, **endless))
+    assert streamed_text(chunks) == before
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert wait_for_idle(served.slow) == 0
+
+
+def test_characters_split_across_tokens_are_never_broken_in_a_stream(
+    client: openai.OpenAI,
+) -> None:
+    # Every character of utf8-model takes two tokens; 60 tokens make 30 whole characters.
+    whole = chat(client, model="utf8-model", max_tokens=60).choices[0].message.content
+    chunks = list(chat(client, model="utf8-model", max_tokens=60, stream=True))
+    pieces = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
+    assert len(whole) == 30 and all(ord(ch) > 0x7F for ch in whole)
+    assert "\ufffd" not in whole and not any("\ufffd" in piece for piece in pieces)
+    assert "".join(pieces) == whole
+
+
+def test_lanes_with_logprobs_json_mode_or_a_bias_never_speculate(client: openai.OpenAI) -> None:
+    for extra in (
+        {"logprobs": True},
+        {"response_format": {"type": "json_object"}},
+        {"logit_bias": {"5": 1.0}},
+    ):
+        reply = chat(client, max_tokens=64, **extra)
+        assert "superfluid" not in (reply.model_extra or {}), extra
+        assert reply.choices[0].logprobs is None
+
+
+def test_sampled_replies_differ_without_a_seed_and_repeat_with_one(client: openai.OpenAI) -> None:
+    def sampled(**seed: Any) -> str:
+        return chat(client, temperature=1.0, max_tokens=48, **seed).choices[0].message.content
+
+    assert sampled() != sampled()
+    assert sampled(seed=7) == sampled(seed=7)
+
+
+# -- concurrency and clients that leave -----------------------------------------------------------
+
+
+def test_eight_simultaneous_streams_all_complete(served: ServedModels) -> None:
+    async def one(aclient: openai.AsyncOpenAI, i: int) -> tuple[str | None, int]:
+        stream = await aclient.chat.completions.create(
+            model="fake-model",
+            messages=[{"role": "user", "content": f"{i} {REPETITIVE}"}],
+            temperature=0,
+            max_tokens=40,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = [chunk async for chunk in stream]
+        return chunks[-2].choices[0].finish_reason, chunks[-1].usage.completion_tokens
+
+    async def all_eight() -> list[tuple[str | None, int]]:
+        async with openai.AsyncOpenAI(
+            base_url=f"{served.server.url}/v1", api_key=API_KEY, max_retries=0
+        ) as aclient:
+            return await asyncio.gather(*(one(aclient, i) for i in range(8)))
+
+    assert asyncio.run(all_eight()) == [("length", 40)] * 8
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_lane(
+    client: openai.OpenAI, served: ServedModels
+) -> None:
+    stream = chat(client, model="slow-model", max_tokens=100_000, stream=True)
+    for seen, _ in enumerate(stream):
+        if seen == 3:
+            break
+    assert served.slow.executor.active_lanes == 1
+    stream.close()
+    assert wait_for_idle(served.slow) == 0
+
+
+def test_a_client_that_stops_waiting_for_a_whole_reply_frees_its_lane(
+    http: httpx.Client, served: ServedModels
+) -> None:
+    body = {"model": "slow-model", "messages": USER, "max_tokens": 100_000}
+    with pytest.raises(httpx.ReadTimeout):
+        http.post("/v1/chat/completions", json=body, timeout=0.5)
+    assert wait_for_idle(served.slow) == 0
+
+
+# -- refusals -------------------------------------------------------------------------------------
+
+
+def test_a_wrong_or_missing_api_key_is_a_401(served: ServedModels) -> None:
+    stranger = openai.OpenAI(
+        base_url=f"{served.server.url}/v1", api_key="not-the-key", max_retries=0
+    )
+    with pytest.raises(openai.AuthenticationError):
+        stranger.models.list()
+    with pytest.raises(openai.AuthenticationError):
+        chat(stranger, max_tokens=4)
+    anonymous = httpx.post(f"{served.server.url}/v1/completions", json={"prompt": "hi"})
+    assert anonymous.status_code == 401
+    assert anonymous.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(f"{served.server.url}/health").status_code == 200  # probes need no key
+
+
+def test_bad_input_through_the_client_is_a_bad_request(client: openai.OpenAI) -> None:
+    for options in ({"temperature": 5}, {"n": 2}, {"messages": []}, {"temperature": "hot"}):
+        with pytest.raises(openai.BadRequestError) as caught:
+            chat(client, **options)
+        assert caught.value.type == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("changes", "param"),
+    [
+        ({"temperature": 5}, "temperature"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"max_tokens": "many"}, "max_tokens"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"top_p": 0}, "top_p"),
+        ({"n": 2}, "n"),
+        ({"messages": []}, "messages"),
+        ({"messages": "hello"}, "messages"),
+        ({"messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+            "messages[0].content[0].type",
+        ),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"stop": 3}, "stop"),
+        ({"logit_bias": {"not-a-token": 1}}, "logit_bias"),
+        ({"response_format": {"type": "json_schema"}}, "response_format.type"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"stream": "yes"}, "stream"),
+    ],
+)
+def test_bad_input_is_a_400_in_openai_shape(
+    http: httpx.Client, changes: dict[str, Any], param: str
+) -> None:
+    body = {"model": "fake-model", "messages": USER, "max_tokens": 4, **changes}
+    answer = http.post("/v1/chat/completions", json=body)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert "Traceback" not in answer.text
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]", b"", '{"prompt": "\u00e9"'.encode()])
+def test_a_body_that_is_not_a_json_object_is_a_400(http: httpx.Client, raw: bytes) -> None:
+    answer = http.post("/v1/completions", content=raw, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_prompt_longer_than_the_context_is_a_400_naming_both_numbers(
+    client: openai.OpenAI,
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model="fake-model", prompt="x" * 600, max_tokens=5)
+    assert "600" in caught.value.message and "512" in caught.value.message
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="fake-model", prompt=["one", "two"], max_tokens=5)
+
+
+def test_an_unknown_model_is_a_404_and_a_file_name_reaches_its_model(
+    client: openai.OpenAI,
+) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        chat(client, model="gpt-5", max_tokens=4)
+    assert caught.value.param == "model" and "fake-model" in caught.value.message
+    assert chat(client, model="fake-model.gguf", max_tokens=4).model == "fake-model"
+    assert chat(client, model="", max_tokens=4).model == "fake-model"  # empty: the first model
+
+
+def test_a_body_over_the_limit_is_a_413(http: httpx.Client) -> None:
+    oversized = {"model": "fake-model", "prompt": "x" * (MAX_BODY_BYTES + 1)}
+    answer = http.post("/v1/completions", json=oversized)
+    assert answer.status_code == 413
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length: the size is known only by reading
+        yield b'{"prompt": "'
+        for _ in range(MAX_BODY_BYTES // 4096 + 1):
+            yield b"x" * 4096
+        yield b'"}'
+
+    answer = http.post("/v1/completions", content=chunked())
+    assert answer.status_code == 413
+
+
+# -- failures -------------------------------------------------------------------------------------
+
+
+def test_a_runtime_failure_before_the_first_byte_is_a_500(
+    client: openai.OpenAI, served: ServedModels
+) -> None:
+    assert wait_for_idle(served.slow) == 0
+    served.slow.runtime.fail_next_step = True
+    with pytest.raises(openai.InternalServerError) as caught:
+        chat(client, model="slow-model", max_tokens=8, stream=True)
+    assert caught.value.type == "server_error" and "injected fault" in caught.value.message
+
+
+def test_a_runtime_failure_mid_stream_is_an_sse_error_event(
+    http: httpx.Client, served: ServedModels
+) -> None:
+    body = {"model": "slow-model", "messages": USER, "max_tokens": 100_000, "stream": True}
+    events = []
+    with http.stream("POST", "/v1/chat/completions", json=body) as answer:
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        for line in answer.iter_lines():
+            if line.startswith("data: "):
+                events.append(line.removeprefix("data: "))
+                if len(events) == 2:
+                    served.slow.runtime.fail_next_step = True
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["type"] == "server_error" and "injected fault" in error["message"]
+    assert wait_for_idle(served.slow) == 0
+
+
+# -- models, health, metrics ----------------------------------------------------------------------
+
+
+def test_models_lists_each_served_model_with_its_capabilities(client: openai.OpenAI) -> None:
+    models = client.models.list().data
+    assert [m.id for m in models] == ["fake-model", "utf8-model", "slow-model"]
+    card = models[0]
+    assert card.object == "model" and card.owned_by == "superfluid"
+    assert card.model_extra["superfluid"] == {
+        "runtime": "fake",
+        "strategy": "prompt-lookup",
+        "capabilities": {
+            "verify_rows": True,
+            "verify_batches": True,
+            "truncate_partial": True,
+            "cut_refusal": None,
+            "strategies": ["prompt-lookup"],
+            "max_verify_rows": 16,
+            "context_size": 512,
+        },
+    }
+    assert client.models.retrieve("utf8-model").id == "utf8-model"
+
+
+def test_health_and_metrics_are_served_and_requests_are_counted(
+    http: httpx.Client, served: ServedModels
+) -> None:
+    assert http.get("/health").json() == {
+        "status": "ok",
+        "models": ["fake-model", "utf8-model", "slow-model"],
+    }
+    page = http.get("/metrics")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/plain")
+    assert b"superfluid_spec_proposed_total" in page.content
+    missing = http.get("/no/such/route")
+    assert missing.status_code == 404 and "error" in missing.json()
+    recorded = set(served.metrics.requests)
+    assert ("/health", 200) in recorded and ("unmatched", 404) in recorded
+    assert ("/v1/chat/completions", 200) in recorded

@@ -1,0 +1,149 @@
+"""The HTTP layer's own rules, without a server: model names, sampling, errors, plain lanes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+
+import pydantic
+import pytest
+from fastapi.testclient import TestClient
+
+from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.executor import Executor
+from superfluid.application.registration import Registration
+from superfluid.application.service import GenerationService, ModelHost
+from superfluid.entrypoints.http import create_app
+from superfluid.entrypoints.http.errors import ApiError, from_validation_errors
+from superfluid.entrypoints.http.intake import (
+    ServerDefaults,
+    find_host,
+    must_decode_plainly,
+    sampling_params,
+)
+from superfluid.entrypoints.http.schemas import ChatCompletionBody, CompletionBody
+from tests.fakes import FakeModel, FakeRuntime
+
+
+def host(name: str, *, speculates: bool = False, runtime: FakeRuntime | None = None) -> ModelHost:
+    runtime = runtime or FakeRuntime(FakeModel(eos=False))
+    drafter = PromptLookupDrafter() if speculates else None
+    executor = Executor(runtime, max_lanes=2, clock=time.perf_counter, drafter=drafter)
+    registration = Registration("prompt-lookup" if drafter else None, drafter, ())
+    return ModelHost(name, runtime, registration, None, executor)
+
+
+def chat_body(**fields: object) -> ChatCompletionBody:
+    return ChatCompletionBody.model_validate(
+        {"messages": [{"role": "user", "content": "hi"}], **fields}
+    )
+
+
+# -- naming a model -------------------------------------------------------------------------------
+
+
+def test_a_model_is_found_by_its_name_or_by_its_file_name_with_or_without_the_suffix() -> None:
+    service = GenerationService([host("Qwen3-4B-Q4"), host("gemma.gguf")])
+    assert find_host(service, None).name == "Qwen3-4B-Q4"
+    assert find_host(service, "").name == "Qwen3-4B-Q4"
+    assert find_host(service, "Qwen3-4B-Q4.gguf").name == "Qwen3-4B-Q4"
+    assert find_host(service, "gemma").name == "gemma.gguf"
+    assert find_host(service, "gemma.gguf").name == "gemma.gguf"
+
+
+def test_a_name_no_model_answers_to_is_a_404_even_with_one_model_served() -> None:
+    service = GenerationService([host("only")])
+    with pytest.raises(ApiError) as caught:
+        find_host(service, "gpt-4o")
+    assert caught.value.status == 404 and caught.value.param == "model"
+    with pytest.raises(ApiError):
+        find_host(service, "ONLY")  # names are case-sensitive, as files are on most systems
+
+
+# -- sampling -------------------------------------------------------------------------------------
+
+
+def test_the_temperature_cap_applies_only_to_the_models_default() -> None:
+    capped = ServerDefaults(max_temperature=0.3)
+    speculating = host("m", speculates=True)
+    assert sampling_params(chat_body(), speculating, capped).temperature == 0.3
+    assert sampling_params(chat_body(temperature=1.5), speculating, capped).temperature == 1.5
+    from_cli = ServerDefaults(cli_temperature=1.2, max_temperature=0.3)
+    assert sampling_params(chat_body(), speculating, from_cli).temperature == 1.2
+    # Nothing drafts on a model without a strategy, so its default is left alone.
+    assert sampling_params(chat_body(), host("p"), capped).temperature == 0.8
+
+
+def test_seeds_come_from_the_request_then_the_cli_then_fresh_randomness() -> None:
+    model = host("m")
+    assert sampling_params(chat_body(seed=5), model, ServerDefaults(cli_seed=9)).seed == 5
+    assert sampling_params(chat_body(), model, ServerDefaults(cli_seed=9)).seed == 9
+    fresh = {sampling_params(chat_body(), model, ServerDefaults()).seed for _ in range(8)}
+    assert len(fresh) == 8 and all(0 <= seed < 2**63 for seed in fresh)
+
+
+def test_grammar_bias_and_logprob_lanes_decode_plainly() -> None:
+    assert not must_decode_plainly(chat_body())
+    assert not must_decode_plainly(chat_body(logit_bias={}, response_format={"type": "text"}))
+    assert must_decode_plainly(chat_body(logprobs=True))
+    assert must_decode_plainly(chat_body(response_format={"type": "json_object"}))
+    assert must_decode_plainly(chat_body(logit_bias={"3": -100.0}))
+    assert must_decode_plainly(CompletionBody.model_validate({"prompt": "x", "logprobs": 0}))
+
+
+# -- validation messages --------------------------------------------------------------------------
+
+
+def validation_error(body: dict[str, object]) -> ApiError:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        ChatCompletionBody.model_validate(body)
+    return from_validation_errors(caught.value.errors())
+
+
+def test_a_union_refusal_names_the_field_not_pydantics_type_tags() -> None:
+    error = validation_error({"messages": [{"role": "user", "content": "x"}], "stop": 3})
+    assert error.param == "stop"
+    # ("array" when the body came as JSON; "list" here, validated from Python objects)
+    assert error.message == "`stop`: input should be a valid string or a valid list"
+
+
+def test_a_nested_refusal_points_at_the_deepest_field() -> None:
+    error = validation_error({"messages": [{"role": "user", "content": [{"text": "x"}]}]})
+    assert error.param == "messages[0].content[0].type"
+
+
+# -- the app around a service ---------------------------------------------------------------------
+
+
+class BrokenTemplateRuntime(FakeRuntime):
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
+        raise KeyError("a bug, not the client's fault")
+
+
+@pytest.fixture
+def app_client() -> Iterator[TestClient]:
+    service = GenerationService([host("m"), host("broken", runtime=BrokenTemplateRuntime())])
+    service.start()
+    try:
+        with TestClient(create_app(service, metrics=None), raise_server_exceptions=False) as c:
+            yield c
+    finally:
+        service.stop()
+
+
+def test_without_metrics_the_metrics_page_is_a_plain_404(app_client: TestClient) -> None:
+    page = app_client.get("/metrics")
+    assert page.status_code == 404 and page.text.startswith("metrics are not enabled")
+
+
+def test_a_bug_is_a_500_with_an_openai_body_and_no_traceback(app_client: TestClient) -> None:
+    messages = [{"role": "user", "content": "hi"}]
+    answer = app_client.post("/v1/chat/completions", json={"model": "broken", "messages": messages})
+    assert answer.status_code == 500
+    assert answer.json()["error"]["type"] == "server_error"
+    assert "KeyError" not in answer.text and "Traceback" not in answer.text
+
+
+def test_without_an_api_key_configured_v1_needs_no_key(app_client: TestClient) -> None:
+    answer = app_client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 3})
+    assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 3
