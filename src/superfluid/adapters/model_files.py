@@ -1,0 +1,40 @@
+"""Which runtime a model file belongs to: the file decides (SPECULATION.md §1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from superfluid.domain.errors import SuperfluidError
+
+GGUF_MAGIC = b"GGUF"
+BASE_MAGIC = b"BASE"
+
+
+class ModelFileError(SuperfluidError):
+    """A model path that no runtime can serve (exit 2)."""
+
+
+def runtime_for(path: Path) -> str:
+    """`llamacpp` for a GGUF file, `mlx` for an MLX model directory, `basert` for a `.base`."""
+    if path.is_dir():
+        has_config = (path / "config.json").is_file()
+        if has_config and any(path.glob("*.safetensors")):
+            return "mlx"
+        raise ModelFileError(
+            f"{path}: a directory that is not an MLX model (needs config.json and *.safetensors)"
+        )
+    if not path.exists():
+        raise ModelFileError(f"{path}: no such model file")
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError as error:
+        raise ModelFileError(f"{path}: cannot read the model file ({error.strerror})") from error
+    if magic == GGUF_MAGIC:
+        return "llamacpp"
+    if magic == BASE_MAGIC:
+        return "basert"
+    raise ModelFileError(
+        f"{path}: not a model superfluid can serve (expected a .gguf file, a .base bundle"
+        " or an MLX model directory)"
+    )
