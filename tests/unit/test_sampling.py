@@ -220,3 +220,14 @@ def test_a_long_weight_vector_draws_the_same_index_as_one_running_sum() -> None:
         while weights[expected] == 0.0:
             expected -= 1
         assert draw_index(weights, float(u)) == expected
+
+
+def test_logit_bias_is_added_before_sampling_and_can_ban_or_force_a_token():
+    logits = np.array([3.0, 1.0, 0.5, 2.0], dtype=np.float32)
+    greedy = SamplingParams(temperature=0.0)
+    assert sample(logits, greedy, [], 0.0) == 0
+    banned = SamplingParams(temperature=0.0, logit_bias=((0, -100.0),))
+    assert sample(logits, banned, [], 0.0) == 3
+    forced = SamplingParams(temperature=1.0, logit_bias=((2, 100.0), (99, 5.0)))
+    assert token_distribution(logits, forced, [])[2] > 0.999
+    assert logits[0] == 3.0  # the row itself is never mutated

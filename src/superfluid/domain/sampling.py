@@ -60,6 +60,8 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     penalty_window: int = 64
     seed: int = 0
+    #: (token id, bias) pairs added to the logits before anything else (OpenAI's logit_bias).
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature >= 0.0):
@@ -131,9 +133,25 @@ def apply_penalties(logits: Logits, params: SamplingParams, history: Sequence[in
     return penalised
 
 
+def apply_logit_bias(logits: Logits, params: SamplingParams) -> Logits:
+    """The row with `logit_bias` added (ids outside the row ignored); `logits` when unbiased."""
+    if not params.logit_bias:
+        return logits
+    biased = np.array(logits, dtype=np.result_type(logits.dtype, np.float32))
+    for token, bias in params.logit_bias:
+        if 0 <= token < biased.shape[0]:
+            biased[token] += bias
+    return biased
+
+
+def adjusted_logits(logits: Logits, params: SamplingParams, history: Sequence[int]) -> Logits:
+    """What the sampler draws from: logit bias first, then penalties (llama.cpp's order)."""
+    return apply_penalties(apply_logit_bias(logits, params), params, history)
+
+
 def sample(logits: Logits, params: SamplingParams, history: Sequence[int], u: float) -> int:
     """The token the plain sampler commits for this row, history and uniform `u` in [0, 1)."""
-    scores = apply_penalties(logits, params, history)
+    scores = adjusted_logits(logits, params, history)
     if params.is_greedy:
         return int(np.argmax(scores))
     ids, weights = _kept_weights(scores, params)
@@ -145,7 +163,7 @@ def token_distribution(
     logits: Logits, params: SamplingParams, history: Sequence[int]
 ) -> npt.NDArray[np.float64]:
     """The probability vector `sample` draws from (one-hot on the argmax when greedy)."""
-    scores = apply_penalties(logits, params, history)
+    scores = adjusted_logits(logits, params, history)
     probabilities = np.zeros(scores.shape[0], dtype=np.float64)
     if params.is_greedy:
         probabilities[int(np.argmax(scores))] = 1.0
