@@ -1,0 +1,391 @@
+"""The llama.cpp runtime: one GGUF model, one llama context, many sequences, one packed step.
+
+Layout of the context. llama.cpp's KV cache is unified here: all sequences share
+`ctx_size * max_sequences` cells, and each sequence (lane) is held to `ctx_size` positions by
+this adapter, so no lane can take cells another lane may need. A split (per-sequence) cache
+would enforce that by itself, but llama.cpp then cuts a batch into equal-length pieces per
+sequence, so a verify step whose lanes carry different draft lengths would take several
+passes instead of one.
+
+A step is one `llama_decode` whenever its tokens fit in `n_batch` (512); longer prefills are
+split into several decodes, in order, and the rows are gathered as each decode finishes.
+
+Cutting. `llama_memory_seq_rm` removes a sequence's tail, but its boolean result is not to be
+trusted (a sliding-window cache says yes and keeps a wrong window), so every cut is checked
+against `llama_memory_seq_pos_max`. Gemma 3 and other sliding-window models cut exactly only
+with the full-size SWA cache (`swa_full`), which is the default here.
+
+Bit-exact mode makes every row independent of what else is in the batch, so the k+1 rows of
+a verify step equal, bit for bit, the rows one-at-a-time decoding computes, whatever the other
+lanes do. Measured on the demo model (bench/llamacpp_bitexact.py), rows stay identical with
+flash attention on while a decode carries at most 7 tokens (at 8 the CPU kernels change and
+every row moves). Past 512 KV cells a one-token decode on several threads with an F16 or F32
+cache takes llama.cpp's split-KV attention, which sums in another order; a BF16 cache stays on
+the one path. So in this mode weights are not repacked, the KV cache is BF16, and a step runs
+as decodes of at most `BITEXACT_ROWS` tokens: prefill is slower, verification stays exact.
+
+Not thread-safe: one executor thread owns a runtime.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any, Self
+
+import numpy as np
+
+from superfluid.adapters.llamacpp.batch import PackedBatch
+from superfluid.adapters.llamacpp.chat_template import ChatTemplate, select_chat_template
+from superfluid.adapters.llamacpp.native import c_string, llama, model_meta
+from superfluid.adapters.llamacpp.vocab import Vocabulary
+from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
+from superfluid.domain.errors import SuperfluidError
+
+MAX_VERIFY_ROWS = 16
+# The most tokens one decode may carry while its rows stay bit-identical to one-at-a-time
+# decoding (flash attention on, no repacking), measured with bench/llamacpp_bitexact.py.
+BITEXACT_ROWS = 7
+N_BATCH = 512
+GGML_TYPE_BF16 = 30  # ggml.h; llama-cpp-python does not export it
+
+_DECODE_ERRORS = {
+    1: "no free KV cells for the batch",
+    2: "aborted",
+    -1: "invalid input batch",
+}
+
+
+class ModelLoadError(SuperfluidError):
+    """A GGUF file that llama.cpp cannot load."""
+
+
+def _default_threads() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS has no affinity API
+        return max(1, os.cpu_count() or 1)
+
+
+class LlamaCppRuntime:
+    """A loaded GGUF model behind the `Runtime` port (see application/ports.py)."""
+
+    def __init__(
+        self,
+        lib: ModuleType,
+        model: Any,
+        ctx: Any,
+        *,
+        path: Path,
+        ctx_size: int,
+        max_sequences: int,
+        bitexact: bool,
+        swa_full: bool,
+    ) -> None:
+        self._lib = lib
+        self._model = model
+        self._ctx = ctx
+        self._mem = lib.llama_get_memory(ctx)
+        self.path = path
+        self.bitexact = bitexact
+        self.architecture = model_meta(lib, model, "general.architecture") or "unknown"
+        self.vocab = Vocabulary(lib, model)
+        self._n_vocab = self.vocab.size
+        self._row_bytes = self._n_vocab * 4
+        self._ctx_size = ctx_size
+        self._max_sequences = max_sequences
+        n_batch = int(lib.llama_n_batch(ctx))
+        self._batch = PackedBatch(lib, n_batch)
+        # Tokens per llama_decode: a step longer than this runs as several decodes, in order.
+        self.tokens_per_decode = min(BITEXACT_ROWS, n_batch) if bitexact else n_batch
+        self._free = list(range(max_sequences))
+        self._lengths: dict[int, int] = {}
+        self.chat_template: ChatTemplate = select_chat_template(
+            self.architecture,
+            c_string(lib.llama_model_chat_template(model, None)),
+            bos_token=self.vocab.token_text(self.vocab.bos) if self.vocab.bos >= 0 else "",
+            eos_token=self.vocab.token_text(self.vocab.eos) if self.vocab.eos >= 0 else "",
+            adds_bos=self.vocab.adds_bos,
+        )
+        self._capabilities = self._describe(swa_full)
+
+    @classmethod
+    def load(
+        cls,
+        path: Path | str,
+        *,
+        ctx_size: int = 4096,
+        max_sequences: int = 4,
+        bitexact: bool = False,
+        swa_full: bool = True,
+        n_threads: int | None = None,
+    ) -> LlamaCppRuntime:
+        """Load a GGUF file: `max_sequences` lanes of `ctx_size` positions each."""
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise ModelLoadError(f"{path}: no such model file")
+        if ctx_size < 1 or max_sequences < 1:
+            raise ValueError("ctx_size and max_sequences must be positive")
+        lib = llama()
+        mparams = lib.llama_model_default_params()
+        if bitexact:
+            # Repacked weights bring kernels of their own that pick a path by batch shape. Below
+            # 8 rows they matched the plain kernels on the demo model, but that is their
+            # thresholds' business, so bit-exact mode does without them.
+            mparams.use_extra_bufts = False
+        model = lib.llama_model_load_from_file(str(path).encode(), mparams)
+        if not model:
+            raise ModelLoadError(f"{path}: llama.cpp cannot load this file as a GGUF model")
+        threads = n_threads or _default_threads()
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = ctx_size * max_sequences
+        cparams.n_batch = N_BATCH
+        cparams.n_ubatch = N_BATCH
+        cparams.n_seq_max = max_sequences
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        if bitexact:
+            # Not F16/F32: those send one-token decodes past 512 cells down the split-KV path.
+            cparams.type_k = cparams.type_v = GGML_TYPE_BF16
+        cparams.flash_attn_type = (
+            lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if bitexact else lib.LLAMA_FLASH_ATTN_TYPE_AUTO
+        )
+        cparams.swa_full = swa_full
+        # Bit-exact: a per-sequence cache keeps each lane's cells in position order after cuts, so
+        # attention sums in the same order as plain decoding (a shared cache reuses freed cells).
+        cparams.kv_unified = not bitexact
+        cparams.no_perf = True
+        ctx = lib.llama_init_from_model(model, cparams)
+        if not ctx:
+            lib.llama_model_free(model)
+            raise ModelLoadError(
+                f"{path}: llama.cpp cannot create a context of {max_sequences} x {ctx_size} positions; try a smaller --ctx-size or fewer lanes"
+            )
+        return cls(
+            lib,
+            model,
+            ctx,
+            path=path,
+            ctx_size=ctx_size,
+            max_sequences=max_sequences,
+            bitexact=bitexact,
+            swa_full=swa_full,
+        )
+
+    def _describe(self, swa_full: bool) -> Capabilities:
+        refusal = self._cut_refusal(swa_full)
+        notes = [f"chat template: {self.chat_template.origin}"]
+        if self.bitexact:
+            notes.append(
+                f"bit-exact: flash attention on, no weight repacking, BF16 KV cache, at most {BITEXACT_ROWS} tokens per decode"
+            )
+        else:
+            notes.append("batched rows may differ from one-row logits in float rounding")
+        return Capabilities(
+            runtime="llamacpp",
+            verify_rows=True,
+            verify_batches=True,
+            cut_refusal=refusal,
+            strategies=("prompt-lookup",) if refusal is None else (),
+            max_verify_rows=BITEXACT_ROWS if self.bitexact else MAX_VERIFY_ROWS,
+            context_size=self._ctx_size,
+            eos_tokens=self.vocab.eos_tokens,
+            max_sequences=self._max_sequences,
+            notes=tuple(notes),
+        )
+
+    def _cut_refusal(self, swa_full: bool) -> str | None:
+        lib, model = self._lib, self._model
+        is_hybrid = getattr(lib, "llama_model_is_hybrid", None)
+        if lib.llama_model_is_recurrent(model) or (is_hybrid is not None and is_hybrid(model)):
+            return "recurrent state cuts only at its head"
+        if self.sliding_window() > 0 and not swa_full:
+            return "sliding-window state cuts only at its head"
+        return None
+
+    def sliding_window(self) -> int:
+        """The model's attention window in tokens; 0 when it attends to the whole context."""
+        n_swa = getattr(self._lib, "llama_model_n_swa", None)
+        if n_swa is not None:
+            return int(n_swa(self._model))
+        raw = model_meta(self._lib, self._model, f"{self.architecture}.attention.sliding_window")
+        return int(raw) if raw and raw.isdigit() else 0
+
+    # The Runtime port.
+
+    @property
+    def name(self) -> str:
+        return "llamacpp"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        self._open()
+        return self.vocab.tokenize(text, add_special=add_special)
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        self._open()
+        return self.vocab.detokenize(tokens)
+
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
+        return self.chat_template(messages)
+
+    def new_sequence(self) -> int:
+        self._open()
+        if not self._free:
+            raise RuntimeFault(f"all {self._max_sequences} sequences of this model are in use")
+        seq = self._free.pop(0)
+        self._lengths[seq] = 0
+        return seq
+
+    def free_sequence(self, seq: int) -> None:
+        # Freeing twice would wipe a lane that was handed the id in between: refuse instead.
+        if self._lengths.pop(seq, None) is None:
+            raise RuntimeFault(f"sequence {seq} is not in use")
+        self._lib.llama_memory_seq_rm(self._mem, seq, -1, -1)
+        self._free.append(seq)
+        self._free.sort()
+
+    def length(self, seq: int) -> int:
+        """Positions `seq` holds (the `start` its next feed must carry)."""
+        return self._held(seq)
+
+    def cut(self, seq: int, length: int) -> None:
+        held = self._held(seq)
+        if not 0 <= length <= held:
+            raise RuntimeFault(f"cannot cut sequence {seq} to {length}: it holds {held} positions")
+        if length == held:
+            return
+        refusal = self._capabilities.cut_refusal
+        if refusal is not None and length > 0:
+            raise RuntimeFault(f"cannot cut sequence {seq} to {length}: this model's {refusal}")
+        lib = self._lib
+        lib.llama_memory_seq_rm(self._mem, seq, length, -1)
+        kept = int(lib.llama_memory_seq_pos_max(self._mem, seq)) + 1
+        if kept != length:
+            self._lengths[seq] = kept
+            raise RuntimeFault(
+                f"cutting sequence {seq} to {length} positions left {kept}: llama.cpp did not cut this model's KV"
+            )
+        self._lengths[seq] = length
+
+    def step(self, feeds: Sequence[Feed]) -> list[Logits]:
+        if not feeds:
+            return []
+        batch, n_vocab = self._batch, self._n_vocab
+        total = 0
+        seen: set[int] = set()
+        for feed in feeds:
+            self._check(feed, seen)
+            total += len(feed.tokens)
+        batch.reserve(total)
+        results: list[Logits] = []
+        # (batch row, destination address): rows come out in batch order, chunk by chunk.
+        wanted: list[tuple[int, int]] = []
+        row_bytes = self._row_bytes
+        offset = 0
+        for feed in feeds:
+            n = len(feed.tokens)
+            end = offset + n
+            batch.tokens[offset:end] = feed.tokens
+            batch.positions[offset:end] = np.arange(feed.start, feed.start + n, dtype=np.int32)
+            batch.seq_ids[offset:end] = feed.seq
+            if feed.all_rows:
+                batch.outputs[offset:end] = 1
+                first = offset
+            else:
+                batch.outputs[offset:end] = 0
+                batch.outputs[end - 1] = 1
+                first = end - 1
+            rows = np.empty((end - first, n_vocab), dtype=np.float32)
+            base = rows.ctypes.data
+            wanted.extend((first + r, base + r * row_bytes) for r in range(end - first))
+            results.append(rows)
+            offset = end
+        self._decode(feeds, total, wanted)
+        for feed in feeds:
+            self._lengths[feed.seq] = feed.start + len(feed.tokens)
+        return results
+
+    def _check(self, feed: Feed, seen: set[int]) -> None:
+        held = self._held(feed.seq)
+        if feed.seq in seen:
+            raise RuntimeFault(f"sequence {feed.seq} is fed twice in one step")
+        seen.add(feed.seq)
+        if not feed.tokens:
+            raise RuntimeFault(f"an empty feed for sequence {feed.seq}")
+        if feed.start != held:
+            raise RuntimeFault(
+                f"a feed for sequence {feed.seq} starts at {feed.start}, but it holds {held} positions"
+            )
+        if held + len(feed.tokens) > self._ctx_size:
+            raise RuntimeFault(
+                f"sequence {feed.seq} would pass the context size ({held} + {len(feed.tokens)} > {self._ctx_size})"
+            )
+
+    def _decode(self, feeds: Sequence[Feed], total: int, wanted: list[tuple[int, int]]) -> None:
+        lib, ctx, batch = self._lib, self._ctx, self._batch
+        get_row, memmove, row_bytes = lib.llama_get_logits_ith, ctypes.memmove, self._row_bytes
+        next_row = 0
+        per_decode = self.tokens_per_decode
+        for chunk in range(0, total, per_decode):
+            count = min(per_decode, total - chunk)
+            rc = lib.llama_decode(ctx, batch.view(chunk, count))
+            if rc != 0:
+                self._roll_back(feeds)
+                why = _DECODE_ERRORS.get(rc, "fatal error")
+                raise RuntimeFault(f"llama_decode failed ({rc}: {why})")
+            end = chunk + count
+            while next_row < len(wanted) and wanted[next_row][0] < end:
+                index, dest = wanted[next_row]
+                src = get_row(ctx, index - chunk)
+                if not src:
+                    self._roll_back(feeds)
+                    raise RuntimeFault(f"llama.cpp returned no logits for batch row {index}")
+                memmove(dest, src, row_bytes)
+                next_row += 1
+
+    def _roll_back(self, feeds: Sequence[Feed]) -> None:
+        # A failed or partly decoded step leaves each sequence as it was before the step.
+        for feed in feeds:
+            self._lib.llama_memory_seq_rm(self._mem, feed.seq, feed.start, -1)
+            self._lengths[feed.seq] = feed.start
+
+    def _open(self) -> None:
+        # After close() the C pointers are freed: a call through them would crash the process.
+        if self._ctx is None:
+            raise RuntimeFault(f"{self.path.name} has been unloaded")
+
+    def _held(self, seq: int) -> int:
+        held = self._lengths.get(seq)
+        if held is None:
+            raise RuntimeFault(f"sequence {seq} is not in use")
+        return held
+
+    # Lifetime.
+
+    def close(self) -> None:
+        """Free the context and the model; the runtime is unusable afterwards."""
+        self._lengths.clear()  # every sequence call now fails as "not in use"
+        if self._ctx is not None:
+            self._lib.llama_free(self._ctx)
+            self._ctx = None
+        if self._model is not None:
+            self._lib.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
