@@ -21,6 +21,7 @@ from typing import Protocol
 from superfluid.application.drafting import Drafter, DraftState
 from superfluid.application.ports import Feed, Logits, Runtime
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
+from superfluid.domain.gates.ramp import DraftRamp
 from superfluid.domain.verification import verify_by_matching
 
 #: Prompt tokens fed per lane per tick: long prompts are chunked so decoding lanes keep moving.
@@ -87,6 +88,7 @@ class _Lane:
     accepted: int = 0
     finish: Finish | None = None
     out: list[int] = field(default_factory=list)
+    ramp: DraftRamp = field(default_factory=DraftRamp)
 
     @property
     def kv_len(self) -> int:
@@ -127,6 +129,10 @@ class Executor:
         self._waiting: collections.deque[GenerationRequest] = collections.deque()
         self._lanes: list[_Lane] = []
         self.last_tick: TickReport | None = None
+
+    @property
+    def max_lanes(self) -> int:
+        return self._max_lanes
 
     @property
     def active_lanes(self) -> int:
@@ -273,7 +279,7 @@ class Executor:
         # (the pending token takes a cell too) and the rows the runtime verifies at once.
         budget = lane.request.max_tokens - lane.generated
         room = self._caps.context_size - lane.kv_len - 1
-        k = min(depth, budget - 1, room, self._caps.max_verify_rows - 1)
+        k = min(lane.ramp.cap(depth), budget - 1, room, self._caps.max_verify_rows - 1)
         return state.propose(k) if k > 0 else []
 
     # -- commit ----------------------------------------------------------------------------
@@ -303,6 +309,7 @@ class Executor:
         if plan.draft:
             lane.proposed += len(plan.draft)
             lane.accepted += result.accepted
+            lane.ramp.record(len(plan.draft), result.accepted)
             if self._policy is not None:
                 self._policy.record_round(
                     request.id, decoding, drafted=len(plan.draft), accepted=result.accepted
