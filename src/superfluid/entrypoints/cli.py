@@ -1,0 +1,285 @@
+"""`superfluid` on the command line.
+
+Every error a user can cause is one line on stderr, `superfluid: <what is wrong>`, and exit
+status 2 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from superfluid.domain.errors import SuperfluidError
+from superfluid.domain.spec_settings import (
+    FLAG_ADAPTIVE,
+    FLAG_BITEXACT,
+    FLAG_DRAFT_TOKENS,
+    FLAG_MAX_TEMPERATURE,
+    FLAG_MIN_SPEEDUP,
+    FLAG_MIN_YIELD,
+    FLAG_REPROBE,
+    FLAG_REPROBE_MAX,
+    FLAG_THROUGHPUT_GATE,
+    FLAG_YIELD_ROUNDS,
+    from_sources,
+    parse_number,
+)
+from superfluid.entrypoints.hosts import ServePlan
+
+log = logging.getLogger("superfluid")
+
+app = typer.Typer(
+    name="superfluid",
+    help="An LLM serving daemon whose speculative decoding never costs output.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+SPEC = "Speculation"
+
+
+def superfluid_home(env: dict[str, str] | os._Environ[str]) -> Path:
+    return Path(env.get("SUPERFLUID_HOME") or Path.home() / ".superfluid").expanduser()
+
+
+def fail(message: str) -> NoReturn:
+    typer.echo(f"superfluid: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _setup_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("superfluid: %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    # llama.cpp's own chatter (already lowered a level by the adapter) only when debugging.
+    native = logging.DEBUG if os.environ.get("SUPERFLUID_DEBUG") else logging.WARNING
+    logging.getLogger("superfluid.llamacpp").setLevel(native)
+
+
+def _bool_flag(value: bool | None) -> str | None:
+    return None if value is None else ("true" if value else "false")
+
+
+def _demo_model(env: os._Environ[str]) -> Path:
+    from superfluid.adapters.llamacpp.demo_model import demo_model_path
+
+    return demo_model_path(superfluid_home(env))
+
+
+@app.command("demo-model")
+def demo_model() -> None:
+    """Print the path of the demo model (Gemma 3 270M GGUF), assembling it once if needed."""
+    try:
+        typer.echo(str(_demo_model(os.environ)))
+    except SuperfluidError as error:
+        fail(error.message)
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        str | None,
+        typer.Argument(
+            help="Model file: .gguf, .base or an MLX directory. Default: the demo model."
+        ),
+    ] = None,
+    extra_models: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model", help="Serve another model too (repeatable); requests pick by name."
+        ),
+    ] = None,
+    speculate: Annotated[
+        str | None,
+        typer.Option(
+            help="off | auto | prompt-lookup | mtp-head | <kind>:<path> | <path>.",
+            envvar="SUPERFLUID_SPECULATE",
+            rich_help_panel=SPEC,
+        ),
+    ] = None,
+    host: Annotated[
+        str, typer.Option(help="Address to bind (loopback unless told otherwise).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8453,
+    api_key: Annotated[
+        str | None,
+        typer.Option(help="Require this Bearer token on /v1/*.", envvar="SUPERFLUID_API_KEY"),
+    ] = None,
+    offline: Annotated[bool, typer.Option(help="Never fetch the hub catalog.")] = False,
+    temperature: Annotated[
+        str | None, typer.Option(help="Default temperature for requests that set none.")
+    ] = None,
+    seed: Annotated[
+        str | None, typer.Option(help="Default seed for requests that set none.")
+    ] = None,
+    max_lanes: Annotated[int, typer.Option(help="Requests decoded at once.", min=1, max=64)] = 4,
+    ctx_size: Annotated[
+        int, typer.Option(help="Context window per lane, in tokens.", min=16)
+    ] = 4096,
+    no_monitor: Annotated[
+        bool, typer.Option("--no-monitor", help="No live terminal view.")
+    ] = False,
+    spec_draft_tokens: Annotated[
+        str | None,
+        typer.Option(help="Draft depth, 1..=15 (default: per strategy).", rich_help_panel=SPEC),
+    ] = None,
+    spec_adaptive: Annotated[
+        bool | None,
+        typer.Option(
+            "--spec-adaptive/--no-spec-adaptive",
+            help="Pick the fastest depth per lane count.",
+            rich_help_panel=SPEC,
+        ),
+    ] = None,
+    spec_min_yield: Annotated[
+        str | None,
+        typer.Option(
+            help="Accepted tokens per round below which a request stops drafting.",
+            rich_help_panel=SPEC,
+        ),
+    ] = None,
+    spec_yield_rounds: Annotated[
+        str | None,
+        typer.Option(help="Rounds before the yield floor judges a request.", rich_help_panel=SPEC),
+    ] = None,
+    spec_throughput_gate: Annotated[
+        bool | None,
+        typer.Option(
+            "--spec-throughput-gate/--no-spec-throughput-gate",
+            help="Decode plainly where speculation is not faster.",
+            rich_help_panel=SPEC,
+        ),
+    ] = None,
+    spec_min_speedup: Annotated[
+        str | None,
+        typer.Option(help="Speed-up speculation must show (default 1.08).", rich_help_panel=SPEC),
+    ] = None,
+    spec_gate_reprobe: Annotated[
+        str | None,
+        typer.Option(help="Requests before re-measuring a loss (0: final).", rich_help_panel=SPEC),
+    ] = None,
+    spec_gate_reprobe_max: Annotated[
+        str | None, typer.Option(help="Cap of the doubling re-probe wait.", rich_help_panel=SPEC)
+    ] = None,
+    spec_max_temperature: Annotated[
+        str | None,
+        typer.Option(help="Cap a default temperature while speculating.", rich_help_panel=SPEC),
+    ] = None,
+    spec_bitexact: Annotated[
+        bool,
+        typer.Option(
+            "--spec-bitexact",
+            help="Batch-invariant numerics: speculative greedy = plain greedy, bit for bit.",
+            rich_help_panel=SPEC,
+        ),
+    ] = False,
+) -> None:
+    """Serve models over an OpenAI-compatible HTTP API, speculating where it pays."""
+    _setup_logging()
+    env = os.environ
+    try:
+        settings = from_sources(
+            {
+                FLAG_DRAFT_TOKENS: spec_draft_tokens,
+                FLAG_ADAPTIVE: _bool_flag(spec_adaptive),
+                FLAG_MIN_YIELD: spec_min_yield,
+                FLAG_YIELD_ROUNDS: spec_yield_rounds,
+                FLAG_THROUGHPUT_GATE: _bool_flag(spec_throughput_gate),
+                FLAG_MIN_SPEEDUP: spec_min_speedup,
+                FLAG_REPROBE: spec_gate_reprobe,
+                FLAG_REPROBE_MAX: spec_gate_reprobe_max,
+                FLAG_MAX_TEMPERATURE: spec_max_temperature,
+                FLAG_BITEXACT: "true" if spec_bitexact else None,
+            },
+            env,
+        )
+        default_temperature = _temperature(temperature)
+        default_seed = None if seed is None else parse_number("--seed", seed, kind=int)
+        paths = [
+            Path(p).expanduser() for p in ([model] if model else []) + list(extra_models or [])
+        ]
+        if not paths:
+            paths = [_demo_model(env)]
+        plan = ServePlan(
+            models=tuple(paths),
+            speculate=speculate,
+            settings=settings,
+            host=host,
+            port=port,
+            api_key=api_key,
+            offline=offline,
+            temperature=default_temperature,
+            seed=default_seed,
+            max_lanes=max_lanes,
+            ctx_size=ctx_size,
+            monitor=not no_monitor,
+            env=dict(env),
+        )
+        _serve(plan)
+    except SuperfluidError as error:
+        fail(error.message)
+
+
+def _temperature(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    value = parse_number("--temperature", raw)
+    if not (math.isfinite(value) and 0.0 <= value <= 2.0):
+        raise SuperfluidError(f"--temperature must be a finite number in [0, 2], got {raw.strip()}")
+    return value
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise SuperfluidError(f"cannot listen on {host}:{port} ({error.strerror})") from error
+    sock.listen(128)
+    return sock
+
+
+def _serve(plan: ServePlan) -> None:
+    import uvicorn
+
+    from superfluid.entrypoints.container import Container
+
+    container = Container(plan=plan)
+    # Bind first: a busy port is a one-line error before minutes of model loading.
+    sock = _listen(plan.host, plan.port)
+    try:
+        hosts = container.hosts()
+        service = container.service()
+        monitor = container.monitor()
+        fastapi_app = container.app()
+    except BaseException:
+        sock.close()
+        raise
+    service.start()
+    monitor.start()
+    bound_port = sock.getsockname()[1]
+    shown = f"[{plan.host}]" if ":" in plan.host else plan.host
+    log.info("listening on http://%s:%d (%s)", shown, bound_port, ", ".join(h.name for h in hosts))
+    server = uvicorn.Server(uvicorn.Config(fastapi_app, log_level="warning", access_log=False))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        monitor.stop()
+        service.stop()
+
+
+def main() -> None:
+    app()

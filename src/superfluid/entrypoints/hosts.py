@@ -1,0 +1,119 @@
+"""Turning `superfluid serve`'s arguments into served models: load, register, gate.
+
+The directive is resolved per model (SPECULATION.md §2): each model's runtime says what it can
+run, and an explicit directive it cannot honour stops startup with the contract's message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from superfluid.adapters.model_files import ModelFileError, runtime_for
+from superfluid.application.executor import Executor
+from superfluid.application.ports import Runtime
+from superfluid.application.registration import Registration, register_prompt_lookup_runtime
+from superfluid.application.service import ModelHost
+from superfluid.domain.directive import parse_directive
+from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.spec_settings import SpecSettings, depth_for, max_temperature_notice
+
+log = logging.getLogger("superfluid")
+
+#: The temperature a request gets when neither it nor --temperature sets one.
+BUILT_IN_TEMPERATURE = 0.8
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """Everything `serve` was told, validated."""
+
+    models: tuple[Path, ...]
+    speculate: str | None
+    settings: SpecSettings
+    host: str = "127.0.0.1"
+    port: int = 8453
+    api_key: str | None = None
+    offline: bool = False
+    temperature: float | None = None
+    seed: int | None = None
+    max_lanes: int = 4
+    ctx_size: int = 4096
+    monitor: bool = True
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class RuntimeLoader(Protocol):
+    def __call__(self, path: Path, *, ctx_size: int, max_lanes: int, bitexact: bool) -> Runtime: ...
+
+
+def load_llamacpp(path: Path, *, ctx_size: int, max_lanes: int, bitexact: bool) -> Runtime:
+    # Imported here so that a machine without llama-cpp-python can still serve other runtimes.
+    from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
+
+    return LlamaCppRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes, bitexact=bitexact)
+
+
+def model_name(path: Path) -> str:
+    return path.name
+
+
+def build_hosts(
+    plan: ServePlan,
+    loaders: Mapping[str, RuntimeLoader],
+    clock: Callable[[], float],
+) -> list[ModelHost]:
+    names = [model_name(path) for path in plan.models]
+    if len(set(names)) != len(names):
+        raise ModelFileError("two --model files share a name; requests could not tell them apart")
+    several = len(plan.models) > 1
+    return [_build_host(path, plan, loaders, clock, several) for path in plan.models]
+
+
+def _build_host(
+    path: Path,
+    plan: ServePlan,
+    loaders: Mapping[str, RuntimeLoader],
+    clock: Callable[[], float],
+    several: bool,
+) -> ModelHost:
+    name = model_name(path)
+    directive = parse_directive(plan.speculate, home=plan.env.get("HOME"), is_file=os.path.isfile)
+    kind = runtime_for(path)
+    loader = loaders.get(kind)
+    if loader is None:
+        raise ModelFileError(f"{path}: the {kind} runtime is not available in this build")
+    runtime = loader(
+        path, ctx_size=plan.ctx_size, max_lanes=plan.max_lanes, bitexact=plan.settings.bitexact
+    )
+    caps = runtime.capabilities
+    registration = register_prompt_lookup_runtime(directive, caps, name, name_model=several)
+    for line in registration.log:
+        log.info(line)
+    notice = max_temperature_notice(plan.settings, registration.speculates)
+    if notice is not None:
+        log.info(notice)
+    policy = _policy(registration, plan, caps.max_verify_rows)
+    executor = Executor(
+        runtime,
+        max_lanes=plan.max_lanes,
+        clock=clock,
+        drafter=registration.drafter,
+        policy=policy,
+    )
+    return ModelHost(name, runtime, registration, policy, executor, BUILT_IN_TEMPERATURE)
+
+
+def _policy(registration: Registration, plan: ServePlan, max_verify_rows: int) -> SpecPolicy | None:
+    if registration.strategy is None:
+        return None
+    depth = depth_for(registration.strategy, plan.settings, plan.env)
+    return SpecPolicy(plan.settings, default_depth=depth, depth_cap=max_verify_rows - 1)
+
+
+def describe(hosts: Sequence[ModelHost]) -> str:
+    return ", ".join(f"{h.name} ({h.runtime.name})" for h in hosts)

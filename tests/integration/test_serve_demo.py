@@ -1,0 +1,94 @@
+"""`superfluid serve` as a user starts it: the demo model, `--speculate auto`, the openai client."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.integration.conftest import model_cache
+
+pytestmark = pytest.mark.slow
+
+SUPERFLUID = Path(sys.executable).parent / "superfluid"
+REPEAT = "Repeat this line exactly three times: the quick brown fox jumps over the lazy dog."
+
+
+@pytest.fixture(scope="module")
+def server(demo_gguf):
+    env = {**os.environ, "SUPERFLUID_HOME": str(model_cache())}
+    # No MODEL argument: the README's command serves the demo model.
+    process = subprocess.Popen(
+        [str(SUPERFLUID), "serve", "--speculate", "auto", "--port", "0", "--no-monitor"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    deadline = time.monotonic() + 180
+    port = None
+    while port is None and time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        lines.append(line.rstrip("\n"))
+        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if match:
+            port = int(match.group(1))
+    if port is None:
+        process.kill()
+        pytest.fail("the server did not start:\n" + "\n".join(lines))
+    yield port, lines
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def client(port):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+
+
+def test_the_startup_log_names_the_strategy(server):
+    _, lines = server
+    assert "superfluid: speculation: auto: prompt-lookup on the llamacpp runtime" in lines
+    assert not any("Traceback" in line for line in lines)
+
+
+def test_the_openai_client_can_chat_with_the_demo_server(server):
+    port, _ = server
+    reply = client(port).chat.completions.create(
+        model="gemma3-270m-q4_k_m.gguf",
+        messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=12,
+        temperature=0,
+    )
+    assert reply.choices[0].message.content.strip()
+    assert reply.usage.completion_tokens <= 12
+
+
+def test_an_accepted_draft_streams_as_one_chunk_with_several_tokens(server):
+    port, _ = server
+    stream = client(port).chat.completions.create(
+        model="gemma3-270m-q4_k_m.gguf",
+        messages=[{"role": "user", "content": REPEAT}],
+        max_tokens=60,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+    )
+    counts, spec = [], None
+    for chunk in stream:
+        if chunk.choices and chunk.usage is not None:
+            counts.append(chunk.usage.completion_tokens)
+        extra = (chunk.model_extra or {}).get("superfluid")
+        if extra:
+            spec = extra["spec"]
+    steps = [b - a for a, b in zip([0, *counts], counts, strict=False)]
+    assert counts == sorted(counts)
+    assert max(steps) >= 2, f"no chunk carried more than one token: {steps}"
+    assert spec is not None and spec["accepted"] > 0

@@ -1,0 +1,107 @@
+"""The CLI's promises: one line per mistake on stderr, exit 2, never a traceback."""
+
+import pytest
+from typer.testing import CliRunner
+
+from superfluid.entrypoints.cli import app
+
+runner = CliRunner()
+
+
+def serve(*args, env=None):
+    result = runner.invoke(app, ["serve", "--port", "0", *args], env=env or {})
+    return result.exit_code, result.stderr
+
+
+@pytest.fixture
+def gguf(tmp_path):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"NOTAGGUF")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--spec-draft-tokens", "0"], "--spec-draft-tokens must be in 1..=15"),
+        (["--spec-draft-tokens", "16"], "--spec-draft-tokens must be in 1..=15"),
+        (["--spec-draft-tokens", "many"], '--spec-draft-tokens expects a number, got "many"'),
+        (["--spec-min-yield", "-1"], "--spec-min-yield must be finite and non-negative"),
+        (["--spec-min-yield", "nan"], "--spec-min-yield must be finite and non-negative"),
+        (["--spec-yield-rounds", "0"], "--spec-yield-rounds must be at least 1"),
+        (["--spec-min-speedup", "0.5"], "--spec-min-speedup must be finite and at least 1.0"),
+        (["--spec-min-speedup", "inf"], "--spec-min-speedup must be finite and at least 1.0"),
+        (
+            ["--spec-max-temperature", "3"],
+            "--spec-max-temperature must be a finite number in [0, 2], got 3",
+        ),
+        (["--spec-max-temperature", "x"], '--spec-max-temperature expects a number, got "x"'),
+        (["--temperature", "hot"], '--temperature expects a number, got "hot"'),
+        (["--seed", "1.5"], '--seed expects a number, got "1.5"'),
+    ],
+)
+def test_invalid_speculation_flags_exit_2_with_the_contract_message(gguf, args, message):
+    code, err = serve(gguf, *args)
+    assert code == 2
+    assert err == f"superfluid: {message}\n"
+
+
+def test_an_environment_value_is_validated_like_its_flag(gguf):
+    code, err = serve(gguf, env={"SUPERFLUID_SPEC_MIN_SPEEDUP": "0.9"})
+    assert (code, err) == (2, "superfluid: --spec-min-speedup must be finite and at least 1.0\n")
+
+
+def test_a_flag_wins_over_its_environment_variable(gguf):
+    # The env value is invalid, the flag is valid: startup gets past settings to the model file.
+    code, err = serve(gguf, "--spec-min-yield", "0.5", env={"SUPERFLUID_SPEC_MIN_YIELD": "-3"})
+    assert code == 2
+    assert "not a model superfluid can serve" in err
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "fast",
+            "--speculate fast: expected auto | prompt-lookup | mtp-head | a drafter .base path | dflash/dspark/eagle3/draft-model:<path>",
+        ),
+    ],
+)
+def test_a_bad_directive_is_one_line_and_exit_2(tmp_path, value, message):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF\x03\x00\x00\x00")
+    code, err = serve(str(model), "--speculate", value)
+    assert (code, err) == (2, f"superfluid: {message}\n")
+
+
+def test_a_missing_or_unknown_model_file_is_one_line_and_exit_2(tmp_path, gguf):
+    code, err = serve(str(tmp_path / "nope.gguf"))
+    assert (code, err) == (2, f"superfluid: {tmp_path / 'nope.gguf'}: no such model file\n")
+    code, err = serve(gguf)
+    assert code == 2 and err.count("\n") == 1 and "not a model superfluid can serve" in err
+
+
+def test_help_lists_every_speculation_flag():
+    result = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for flag in (
+        "--speculate",
+        "--spec-draft-tokens",
+        "--spec-adaptive",
+        "--no-spec-adaptive",
+        "--spec-min-yield",
+        "--spec-yield-rounds",
+        "--spec-throughput-gate",
+        "--no-spec-throughput-gate",
+        "--spec-min-speedup",
+        "--spec-gate-reprobe",
+        "--spec-gate-reprobe-max",
+        "--spec-max-temperature",
+        "--spec-bitexact",
+        "--max-lanes",
+        "--ctx-size",
+        "--api-key",
+        "--offline",
+        "--no-monitor",
+    ):
+        assert flag in result.output, flag

@@ -1,0 +1,117 @@
+"""The composition root, with the runtime loader overridden by a fake (no monkeypatching)."""
+
+import logging
+
+import pytest
+from dependency_injector import providers
+
+from superfluid.domain.errors import DirectiveError
+from superfluid.domain.spec_settings import SpecSettings
+from superfluid.entrypoints.container import Container
+from superfluid.entrypoints.hosts import ServePlan
+from tests.fakes import FakeRuntime
+
+SWA = "sliding-window state cuts only at its head"
+
+
+def gguf(tmp_path, name="m.gguf"):
+    path = tmp_path / name
+    path.write_bytes(b"GGUF\x03\x00\x00\x00")
+    return path
+
+
+def container_for(models, speculate, *, cut_refusal=None, settings=None):
+    plan = ServePlan(
+        models=tuple(models),
+        speculate=speculate,
+        settings=settings or SpecSettings(),
+        monitor=False,
+    )
+    container = Container(plan=plan)
+
+    def fake_loader(path, *, ctx_size, max_lanes, bitexact):
+        return FakeRuntime(cut_refusal=cut_refusal, max_sequences=max_lanes)
+
+    container.runtime_loaders.override(providers.Dict(llamacpp=providers.Object(fake_loader)))
+    return container
+
+
+@pytest.fixture
+def startup_lines(caplog):
+    caplog.set_level(logging.INFO, logger="superfluid")
+    return lambda: [r.getMessage() for r in caplog.records if r.name == "superfluid"]
+
+
+@pytest.mark.parametrize(
+    ("speculate", "line", "strategy"),
+    [
+        (None, "speculation: off", None),
+        ("off", "speculation: off", None),
+        ("auto", "speculation: auto: prompt-lookup on the fake runtime", "prompt-lookup"),
+        ("prompt-lookup", "speculation: prompt-lookup", "prompt-lookup"),
+    ],
+)
+def test_startup_names_the_strategy_it_registered(
+    tmp_path, startup_lines, speculate, line, strategy
+):
+    (host,) = container_for([gguf(tmp_path)], speculate).hosts()
+    assert startup_lines() == [line]
+    assert host.registration.strategy == strategy
+    assert (host.policy is not None) == (strategy is not None)
+
+
+def test_auto_on_a_model_that_cannot_cut_decodes_plainly_and_says_why(tmp_path, startup_lines):
+    (host,) = container_for([gguf(tmp_path)], "auto", cut_refusal=SWA).hosts()
+    assert startup_lines() == [
+        f"speculation: auto: m.gguf on the fake runtime verifies no drafts ({SWA}) — decoding plainly"
+    ]
+    assert host.policy is None
+
+
+@pytest.mark.parametrize(
+    ("speculate", "cut_refusal", "message"),
+    [
+        (
+            "prompt-lookup",
+            SWA,
+            f"--speculate prompt-lookup: prompt-lookup cuts a rejected draft off, and this model's {SWA}",
+        ),
+        (
+            "mtp-head",
+            None,
+            "--speculate mtp-head: the fake runtime runs prompt-lookup only; use --speculate prompt-lookup or auto",
+        ),
+    ],
+)
+def test_an_explicit_directive_the_runtime_cannot_honour_stops_startup(
+    tmp_path, speculate, cut_refusal, message
+):
+    with pytest.raises(DirectiveError) as err:
+        container_for([gguf(tmp_path)], speculate, cut_refusal=cut_refusal).hosts()
+    assert err.value.message == message
+
+
+def test_with_several_models_each_line_names_its_model(tmp_path, startup_lines):
+    models = [gguf(tmp_path, "a.gguf"), gguf(tmp_path, "b.gguf")]
+    hosts = container_for(models, "prompt-lookup").hosts()
+    assert [h.name for h in hosts] == ["a.gguf", "b.gguf"]
+    assert startup_lines() == [
+        "speculation: a.gguf: prompt-lookup",
+        "speculation: b.gguf: prompt-lookup",
+    ]
+
+
+def test_the_cap_on_temperature_is_reported_ignored_when_nothing_speculates(
+    tmp_path, startup_lines
+):
+    container_for([gguf(tmp_path)], "off", settings=SpecSettings(max_temperature=0.5)).hosts()
+    assert (
+        "--spec-max-temperature ignored: no --speculate strategy is configured" in startup_lines()
+    )
+
+
+def test_the_container_wires_a_service_and_an_app(tmp_path):
+    container = container_for([gguf(tmp_path)], "auto")
+    service = container.service()
+    assert service.hosts == container.hosts()
+    assert container.app().title
