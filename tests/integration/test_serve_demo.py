@@ -9,8 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import model_cache
 
@@ -92,3 +94,28 @@ def test_an_accepted_draft_streams_as_one_chunk_with_several_tokens(server):
     assert counts == sorted(counts)
     assert max(steps) >= 2, f"no chunk carried more than one token: {steps}"
     assert spec is not None and spec["accepted"] > 0
+
+
+def test_metrics_parse_and_count_speculation(server):
+    port, _ = server
+    client(port).chat.completions.create(
+        model="gemma3-270m-q4_k_m.gguf",
+        messages=[{"role": "user", "content": REPEAT}],
+        max_tokens=40,
+        temperature=0,
+    )
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    model = (("model", "gemma3-270m-q4_k_m.gguf"),)
+    assert samples[("superfluid_spec_proposed_total", model)] > 0
+    assert (
+        0
+        < samples[("superfluid_spec_accepted_total", model)]
+        <= samples[("superfluid_spec_proposed_total", model)]
+    )
+    assert samples[("superfluid_active_lanes", model)] == 0
+    assert any(name == "superfluid_spec_gate_phase" for name, _ in samples)
