@@ -1,6 +1,14 @@
+from pathlib import Path
+
 import pytest
 
-from superfluid.application.registration import register_prompt_lookup_runtime
+from superfluid.application.drafter_resolution import AutoResolution, Skipped
+from superfluid.application.registration import (
+    EngineRefusal,
+    register_auto,
+    register_explicit,
+    register_prompt_lookup_runtime,
+)
 from superfluid.domain.directive import parse_directive
 from superfluid.domain.errors import DirectiveError
 from tests.fakes import FakeRuntime
@@ -61,3 +69,73 @@ def test_any_other_strategy_is_refused_on_a_prompt_lookup_only_runtime(value):
         f"--speculate {value}: the fake runtime runs prompt-lookup only;"
         " use --speculate prompt-lookup or auto"
     )
+
+
+# -- bundle runtimes: auto's fallback through the engine, explicit refusals ------------------
+
+
+class Engine:
+    """Refuses the strategies it is told to, hands out a marker drafter otherwise."""
+
+    def __init__(self, refuse=()):
+        self.refuse = dict(refuse)
+        self.asked = []
+
+    def drafter(self, strategy, path):
+        self.asked.append((strategy, path))
+        if strategy in self.refuse:
+            raise EngineRefusal(self.refuse[strategy])
+        return f"drafter for {strategy}"
+
+
+def resolution(picks_paths, has_head=False, skipped=()):
+    candidates = tuple(type("C", (), {"directive": p})() for p in picks_paths)
+    return AutoResolution("/m/t.base", has_head, candidates, tuple(skipped), ("/m", "/m/drafters"))
+
+
+def test_auto_registers_its_first_pick_that_the_engine_accepts():
+    reg = register_auto(resolution(["dflash:/d.base"], has_head=True), Engine(), model="t.base")
+    assert reg.strategy == "mtp-head"
+    assert reg.log == ("speculation: mtp-head",)
+
+
+def test_auto_tries_the_next_pick_after_an_engine_refusal_and_says_so():
+    engine = Engine({"mtp-head": "no head tensors"})
+    reg = register_auto(resolution(["dflash:/d.base"], has_head=True), engine, model="t.base")
+    assert reg.strategy == "dflash"
+    assert engine.asked == [("mtp-head", None), ("dflash", Path("/d.base"))]
+    assert reg.log == (
+        "speculation: auto picked mtp-head, but the engine refused it (no head tensors) — trying dflash:/d.base",
+        "speculation: dflash:/d.base",
+    )
+
+
+def test_auto_decodes_plainly_after_the_last_refusal():
+    reg = register_auto(resolution(["eagle3:/e.base"]), Engine({"eagle3": "bad"}), model="t.base")
+    assert not reg.speculates
+    assert reg.log == (
+        "speculation: auto picked eagle3:/e.base, but the engine refused it (bad) — decoding plainly",
+    )
+
+
+def test_auto_that_finds_nothing_says_where_it_looked_and_logs_catalog_skips():
+    skipped = [
+        Skipped("/x.base", "/x.base is not the catalog's …", catalog=True),
+        Skipped("/y.base", "plain", catalog=False),
+    ]
+    reg = register_auto(resolution([], skipped=skipped), Engine(), model="/m/t.base")
+    assert not reg.speculates
+    assert reg.log == (
+        "speculation: skipping a drafter: /x.base is not the catalog's …",
+        "speculation: auto found no head in /m/t.base and no fitting drafter in /m, /m/drafters — decoding plainly",
+    )
+
+
+def test_an_explicit_directive_the_engine_refuses_is_a_startup_error():
+    with pytest.raises(DirectiveError) as err:
+        register_explicit(
+            directive("dflash:/d.base"), Engine({"dflash": "tensor layers.0.fc missing"}), model="t"
+        )
+    assert err.value.message == "--speculate dflash:/d.base: tensor layers.0.fc missing"
+    ok = register_explicit(directive("dflash:/d.base"), Engine(), model="t")
+    assert ok.strategy == "dflash" and ok.log == ("speculation: dflash:/d.base",)

@@ -8,12 +8,15 @@ while `auto` decodes plainly and says why.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
+from superfluid.application.drafter_resolution import AutoResolution
 from superfluid.application.drafting import Drafter, PromptLookupDrafter
 from superfluid.application.ports import Capabilities
 from superfluid.domain import announcements as say
 from superfluid.domain.directive import Directive, Mode
-from superfluid.domain.errors import DirectiveError
+from superfluid.domain.errors import DirectiveError, SuperfluidError
 
 PROMPT_LOOKUP = "prompt-lookup"
 
@@ -54,3 +57,64 @@ def register_prompt_lookup_runtime(
             PROMPT_LOOKUP, PromptLookupDrafter(), (say.auto_prompt_lookup(caps.runtime),)
         )
     raise DirectiveError(say.strategy_not_on_runtime(directive.raw, caps.runtime))
+
+
+class EngineRefusal(SuperfluidError):
+    """The runtime will not run this drafter (its reason is the message)."""
+
+
+class DrafterEngine(Protocol):
+    """A runtime that builds drafters for its own model (the basert runtime)."""
+
+    def drafter(self, strategy: str, path: Path | None) -> Drafter:
+        """A drafter for `strategy` (and its file); raises EngineRefusal with the reason."""
+        ...
+
+
+def split_pick(pick: str) -> tuple[str, Path | None]:
+    """`dflash:/p.base` → ("dflash", Path("/p.base")); `mtp-head` → ("mtp-head", None)."""
+    strategy, sep, path = pick.partition(":")
+    return strategy, (Path(path) if sep else None)
+
+
+def register_explicit(
+    directive: Directive, engine: DrafterEngine, *, model: str, name_model: bool = False
+) -> Registration:
+    """An explicit, already-checked directive: the engine's refusal is a startup error."""
+    label = model if name_model else None
+    if directive.mode is Mode.OFF:
+        return Registration(None, None, (say.registered("off", label),))
+    if directive.mode is Mode.PROMPT_LOOKUP:
+        return Registration(
+            PROMPT_LOOKUP, PromptLookupDrafter(), (say.registered(PROMPT_LOOKUP, label),)
+        )
+    resolved = directive.describe()
+    strategy, path = split_pick(resolved)
+    try:
+        drafter = engine.drafter(strategy, path)
+    except EngineRefusal as error:
+        raise DirectiveError(f"--speculate {directive.raw}: {error.message}") from error
+    return Registration(strategy, drafter, (say.registered(resolved, label),))
+
+
+def register_auto(
+    resolution: AutoResolution, engine: DrafterEngine, *, model: str, name_model: bool = False
+) -> Registration:
+    """`auto` on a bundle: the first pick the engine accepts, else plain decoding (§3)."""
+    label = model if name_model else None
+    log = [say.skipping_drafter(s.reason) for s in resolution.skipped if s.catalog]
+    picks = resolution.picks()
+    if not picks:
+        log.append(say.auto_found_nothing(model, resolution.searched))
+        return Registration(None, None, tuple(log))
+    for i, pick in enumerate(picks):
+        strategy, path = split_pick(pick)
+        try:
+            drafter = engine.drafter(strategy, path)
+        except EngineRefusal as error:
+            following = picks[i + 1] if i + 1 < len(picks) else None
+            log.append(say.auto_refused(pick, error.message, following))
+            continue
+        log.append(say.registered(pick, label))
+        return Registration(strategy, drafter, tuple(log))
+    return Registration(None, None, tuple(log))

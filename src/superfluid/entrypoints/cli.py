@@ -86,6 +86,39 @@ def demo_model() -> None:
 
 
 @app.command()
+def drafters(
+    model: Annotated[
+        str, typer.Argument(help="Target model: a .base bundle (or .gguf / MLX directory).")
+    ],
+    speculate: Annotated[
+        str,
+        typer.Option(
+            help="The directive to explain (default auto).", envvar="SUPERFLUID_SPECULATE"
+        ),
+    ] = "auto",
+    offline: Annotated[bool, typer.Option(help="Never fetch the hub catalog.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Explain what a --speculate directive resolves to for MODEL: the pick, the ranked
+    candidates with their rank keys, and every file looked at but skipped, with the reason.
+    Reads headers only; never loads weights or downloads a drafter."""
+    _setup_logging()
+    from superfluid.entrypoints.discovery import explain
+
+    try:
+        report = explain(
+            Path(model).expanduser(),
+            speculate,
+            home=superfluid_home(os.environ),
+            env=os.environ,
+            offline=offline,
+        )
+    except SuperfluidError as error:
+        fail(error.message)
+    typer.echo(report.as_json() if as_json else report.as_text())
+
+
+@app.command()
 def serve(
     model: Annotated[
         str | None,
