@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from superfluid.application.drafter_resolution import AutoResolution
 from superfluid.application.drafting import Drafter, PromptLookupDrafter
@@ -63,6 +63,7 @@ class EngineRefusal(SuperfluidError):
     """The runtime will not run this drafter (its reason is the message)."""
 
 
+@runtime_checkable
 class DrafterEngine(Protocol):
     """A runtime that builds drafters for its own model (the basert runtime)."""
 

@@ -31,7 +31,7 @@ from superfluid.domain.spec_settings import (
     from_sources,
     parse_number,
 )
-from superfluid.entrypoints.hosts import ServePlan
+from superfluid.entrypoints.hosts import ServePlan, superfluid_home
 
 log = logging.getLogger("superfluid")
 
@@ -44,10 +44,6 @@ app = typer.Typer(
 )
 
 SPEC = "Speculation"
-
-
-def superfluid_home(env: dict[str, str] | os._Environ[str]) -> Path:
-    return Path(env.get("SUPERFLUID_HOME") or Path.home() / ".superfluid").expanduser()
 
 
 def fail(message: str) -> NoReturn:

@@ -16,11 +16,18 @@ from typing import Protocol
 from superfluid.adapters.model_files import ModelFileError, runtime_for
 from superfluid.application.executor import Executor
 from superfluid.application.ports import Runtime
-from superfluid.application.registration import Registration, register_prompt_lookup_runtime
+from superfluid.application.registration import (
+    DrafterEngine,
+    Registration,
+    register_auto,
+    register_explicit,
+    register_prompt_lookup_runtime,
+)
 from superfluid.application.service import ModelHost
-from superfluid.domain.directive import parse_directive
+from superfluid.domain.directive import Mode, parse_directive
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.spec_settings import SpecSettings, depth_for, max_temperature_notice
+from superfluid.entrypoints.discovery import Discovery
 
 log = logging.getLogger("superfluid")
 
@@ -58,6 +65,11 @@ def load_llamacpp(path: Path, *, ctx_size: int, max_lanes: int, bitexact: bool) 
     return LlamaCppRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes, bitexact=bitexact)
 
 
+def superfluid_home(env: Mapping[str, str]) -> Path:
+    """`$SUPERFLUID_HOME`, else `~/.superfluid`: caches (catalog, digests) and the demo model."""
+    return Path(env.get("SUPERFLUID_HOME") or Path.home() / ".superfluid").expanduser()
+
+
 def model_name(path: Path) -> str:
     return path.name
 
@@ -87,11 +99,21 @@ def _build_host(
     loader = loaders.get(kind)
     if loader is None:
         raise ModelFileError(f"{path}: the {kind} runtime is not available in this build")
+    discovery = Discovery(path, superfluid_home(plan.env), plan.env, plan.offline)
+    if kind == "basert" and directive.mode not in (Mode.OFF, Mode.PROMPT_LOOKUP, Mode.AUTO):
+        # Check a named drafter before minutes of loading: a refusal here is exit 2.
+        directive = discovery.explicit(directive)
     runtime = loader(
         path, ctx_size=plan.ctx_size, max_lanes=plan.max_lanes, bitexact=plan.settings.bitexact
     )
     caps = runtime.capabilities
-    registration = register_prompt_lookup_runtime(directive, caps, name, name_model=several)
+    if isinstance(runtime, DrafterEngine):
+        if directive.mode is Mode.AUTO:
+            registration = register_auto(discovery.auto(), runtime, model=name, name_model=several)
+        else:
+            registration = register_explicit(directive, runtime, model=name, name_model=several)
+    else:
+        registration = register_prompt_lookup_runtime(directive, caps, name, name_model=several)
     for line in registration.log:
         log.info(line)
     notice = max_temperature_notice(plan.settings, registration.speculates)
