@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -119,3 +120,22 @@ def test_metrics_parse_and_count_speculation(server):
     )
     assert samples[("superfluid_active_lanes", model)] == 0
     assert any(name == "superfluid_spec_gate_phase" for name, _ in samples)
+
+
+def test_json_mode_returns_a_json_object_and_stops_when_it_closes(server):
+    port, _ = server
+    reply = client(port).chat.completions.create(
+        model="gemma3-270m-q4_k_m.gguf",
+        messages=[
+            {
+                "role": "user",
+                "content": "Return a JSON object with keys city and country for Paris.",
+            }
+        ],
+        max_tokens=80,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
+    assert reply.choices[0].finish_reason == "stop"
+    assert isinstance(json.loads(reply.choices[0].message.content), dict)
+    assert (reply.model_extra or {}).get("superfluid") is None  # a grammar lane never drafts

@@ -21,8 +21,9 @@ from typing import Protocol
 from superfluid.application.drafting import Drafter, DraftState
 from superfluid.application.ports import Feed, Logits, Runtime
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
+from superfluid.domain.constrained import sample_allowed
 from superfluid.domain.gates.ramp import DraftRamp
-from superfluid.domain.verification import verify_by_matching
+from superfluid.domain.verification import RoundResult, verify_by_matching
 
 #: Prompt tokens fed per lane per tick: long prompts are chunked so decoding lanes keep moving.
 PREFILL_CHUNK = 512
@@ -218,7 +219,9 @@ class Executor:
                 )
                 events.append(Committed(request.id, (), SpecStats(), Finish.ERROR, why))
                 continue
-            speculates = request.speculate and self._drafter is not None
+            speculates = (
+                request.speculate and request.constraint is None and self._drafter is not None
+            )
             lane = _Lane(
                 request=request,
                 seq=self._runtime.new_sequence(),
@@ -303,9 +306,19 @@ class Executor:
         if budget <= 0:
             self._finish(lane, Finish.LENGTH, events)
             return 0, 0
-        result = verify_by_matching(
-            rows, plan.draft, request.params, lane.history, lane.generated, stops, budget
-        )
+        if request.constraint is not None:
+            token = sample_allowed(
+                rows[-1], request.params, lane.history, lane.generated, request.constraint.allowed
+            )
+            if token is None:
+                self._finish(lane, Finish.ERROR, events, error="the grammar allows no token here")
+                return 0, 0
+            request.constraint.commit(token)
+            result = RoundResult(0, (token,), token in stops or budget <= 1, 0)
+        else:
+            result = verify_by_matching(
+                rows, plan.draft, request.params, lane.history, lane.generated, stops, budget
+            )
         if plan.draft:
             lane.proposed += len(plan.draft)
             lane.accepted += result.accepted
@@ -330,7 +343,7 @@ class Executor:
             lane.draft_state.commit(tokens)
         stopped = tokens[-1] in stops
         lane.out.extend(tokens[:-1] if stopped else tokens)
-        if stopped:
+        if stopped or (request.constraint is not None and request.constraint.complete):
             self._finish(lane, Finish.STOP, events)
         elif result.finished or len(lane.history) >= self._caps.context_size:
             self._finish(lane, Finish.LENGTH, events)

@@ -7,6 +7,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
+from superfluid.application.grammar import TokenConstraint
 from superfluid.domain.sampling import SamplingParams
 
 _ids = itertools.count(1)
@@ -29,6 +30,8 @@ class GenerationRequest:
     max_tokens: int
     stop_tokens: frozenset[int] = frozenset()
     speculate: bool = True
+    #: A grammar lane's constraint (JSON mode); such lanes never speculate.
+    constraint: TokenConstraint | None = None
     id: int = field(default_factory=lambda: next(_ids))
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
 

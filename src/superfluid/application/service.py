@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from superfluid.application.executor import Executor, TickReport
+from superfluid.application.grammar import TokenPieces
 from superfluid.application.ports import Runtime
 from superfluid.application.registration import Registration
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
@@ -49,6 +50,13 @@ class ModelHost:
     )
     _wake: threading.Event = field(default_factory=threading.Event)
     _sinks: dict[int, tuple[Sink, int]] = field(default_factory=dict)
+    _pieces: TokenPieces | None = None
+
+    def token_pieces(self) -> TokenPieces:
+        """Each token's bytes for grammar lanes, cached for the model's lifetime."""
+        if self._pieces is None:
+            self._pieces = TokenPieces(self.runtime.detokenize)
+        return self._pieces
 
 
 class UnknownModel(LookupError):

@@ -15,6 +15,7 @@ from typing import TypeVar
 import pydantic
 from fastapi import Request
 
+from superfluid.application.grammar import JsonObjectConstraint
 from superfluid.application.requests import GenerationRequest
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.domain.sampling import SamplingParams
@@ -254,9 +255,20 @@ def generation_request(
     room = host.runtime.capabilities.context_size - len(prompt)
     # An explicit limit past the window is kept: the reply then ends at the window, "length".
     max_tokens = body.token_limit or min(room, DEFAULT_MAX_TOKENS)
+    json_mode = (
+        isinstance(body, ChatCompletionBody)
+        and body.response_format is not None
+        and body.response_format.type == "json_object"
+    )
+    constraint = (
+        JsonObjectConstraint(host.token_pieces(), host.runtime.capabilities.eos_tokens)
+        if json_mode
+        else None
+    )
     return GenerationRequest(
         prompt=prompt,
         params=sampling_params(body, host, defaults),
         max_tokens=max_tokens,
         speculate=not must_decode_plainly(body),
+        constraint=constraint,
     )
