@@ -46,8 +46,13 @@ app = typer.Typer(
 SPEC = "Speculation"
 
 
+def one_line(message: str) -> str:
+    """The message with control characters escaped: whatever a user typed, it stays one line."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in message)
+
+
 def fail(message: str) -> NoReturn:
-    typer.echo(f"superfluid: {message}", err=True)
+    typer.echo(f"superfluid: {one_line(message)}", err=True)
     raise typer.Exit(2)
 
 
@@ -57,8 +62,9 @@ def _setup_logging() -> None:
     log.handlers[:] = [handler]
     log.setLevel(logging.INFO)
     log.propagate = False
-    # llama.cpp's own chatter (already lowered a level by the adapter) only when debugging.
-    native = logging.DEBUG if os.environ.get("SUPERFLUID_DEBUG") else logging.WARNING
+    # llama.cpp's own log only when debugging: its failures reach the user as one line of ours
+    # (a bad GGUF is "llama.cpp cannot load this file", not five lines of parser internals).
+    native = logging.DEBUG if os.environ.get("SUPERFLUID_DEBUG") else logging.ERROR
     logging.getLogger("superfluid.llamacpp").setLevel(native)
 
 
