@@ -153,7 +153,126 @@ def test_lanes_with_logprobs_json_mode_or_a_bias_never_speculate(client: openai.
     ):
         reply = chat(client, max_tokens=64, **extra)
         assert "superfluid" not in (reply.model_extra or {}), extra
-        assert reply.choices[0].logprobs is None
+        # Only the lane that asked for logprobs reports them.
+        assert (reply.choices[0].logprobs is None) == ("logprobs" not in extra), extra
+
+
+# -- logprobs -------------------------------------------------------------------------------------
+
+
+def assert_chat_entry(entry: Any, top: int) -> None:
+    """One `logprobs.content` entry: exact bytes, a log-probability, its likeliest alternatives."""
+    assert entry.bytes == list(entry.token.encode())
+    assert entry.logprob <= 0.0
+    assert len(entry.top_logprobs) == top
+    values = [alt.logprob for alt in entry.top_logprobs]
+    assert values == sorted(values, reverse=True) and all(v <= 0.0 for v in values)
+    assert all(alt.bytes == list(alt.token.encode()) for alt in entry.top_logprobs)
+    # Greedy decoding picks the likeliest token: it heads its own list.
+    if top:
+        assert entry.top_logprobs[0].token == entry.token
+        assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob)
+
+
+def test_a_chat_reply_with_logprobs_lists_every_token_and_its_likeliest_alternatives(
+    client: openai.OpenAI,
+) -> None:
+    reply = chat(client, max_tokens=32, logprobs=True, top_logprobs=3)
+    content = reply.choices[0].logprobs.content
+    assert len(content) == reply.usage.completion_tokens == 32
+    assert "".join(entry.token for entry in content) == reply.choices[0].message.content
+    for entry in content:
+        assert_chat_entry(entry, top=3)
+    assert "superfluid" not in (reply.model_extra or {})  # and the lane did not speculate
+    bare = chat(client, max_tokens=8, logprobs=True).choices[0].logprobs.content
+    assert len(bare) == 8 and all(entry.top_logprobs == [] for entry in bare)
+
+
+def test_a_chat_stream_with_logprobs_carries_each_chunks_own_tokens(
+    client: openai.OpenAI,
+) -> None:
+    options: dict[str, Any] = {"max_tokens": 32, "logprobs": True, "top_logprobs": 2}
+    whole = chat(client, **options).choices[0].logprobs.content
+    chunks = list(chat(client, stream=True, **options))
+    streamed = []
+    for chunk in chunks:
+        choice = chunk.choices[0]
+        if choice.delta.content:
+            entries = choice.logprobs.content
+            assert "".join(entry.token for entry in entries) == choice.delta.content
+            streamed.extend(entries)
+        elif choice.finish_reason:
+            assert choice.logprobs is None  # nothing was owed: every token showed its text
+    for entry in streamed:
+        assert_chat_entry(entry, top=2)
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in whole]
+
+
+def test_text_completions_report_tokens_offsets_and_top_logprobs(client: openai.OpenAI) -> None:
+    options: dict[str, Any] = {"model": "fake-model", "max_tokens": 24, "temperature": 0}
+    reply = client.completions.create(prompt=REPETITIVE, logprobs=2, **options)
+    text, logprobs = reply.choices[0].text, reply.choices[0].logprobs
+    assert len(logprobs.tokens) == len(logprobs.token_logprobs) == 24
+    assert "".join(logprobs.tokens) == text
+    assert logprobs.text_offset == list(
+        itertools.accumulate((len(t) for t in logprobs.tokens[:-1]), initial=0)
+    )
+    for token, value, top in zip(
+        logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
+    ):
+        assert value <= 0.0
+        # Two of the fake model's ids may share a text, so a list can hold fewer than 2.
+        assert 1 <= len(top) <= 2
+        assert list(top.values()) == sorted(top.values(), reverse=True)
+        assert top[token] == pytest.approx(value)  # greedy: the chosen token is the likeliest
+    chunks = list(client.completions.create(prompt=REPETITIVE, logprobs=2, stream=True, **options))
+    tokens, offsets = [], []
+    for chunk in chunks:
+        if chunk.choices[0].text:
+            assert "".join(chunk.choices[0].logprobs.tokens) == chunk.choices[0].text
+            tokens.extend(chunk.choices[0].logprobs.tokens)
+            offsets.extend(chunk.choices[0].logprobs.text_offset)
+    assert tokens == logprobs.tokens and offsets == logprobs.text_offset
+    assert client.completions.create(prompt=REPETITIVE, **options).choices[0].logprobs is None
+
+
+def test_logprobs_end_where_a_stop_string_cuts_the_reply(client: openai.OpenAI) -> None:
+    full = chat(client, max_tokens=48).choices[0].message.content
+    stop = full[20:23]
+    reply = chat(client, max_tokens=48, stop=[stop], logprobs=True)
+    content = reply.choices[0].message.content
+    assert content == full[: full.index(stop)]
+    # Each fake token is one character, so the cut falls between tokens: no entry is left over.
+    assert "".join(entry.token for entry in reply.choices[0].logprobs.content) == content
+    chunks = list(chat(client, max_tokens=48, stop=stop, logprobs=True, stream=True))
+    entries = [e for c in chunks if c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert "".join(entry.token for entry in entries) == content
+
+
+def test_a_token_holding_half_a_character_shows_a_replacement_and_its_exact_bytes(
+    client: openai.OpenAI,
+) -> None:
+    reply = chat(client, model="utf8-model", max_tokens=20, logprobs=True, top_logprobs=1)
+    content = reply.choices[0].logprobs.content
+    assert len(content) == 20 and all(entry.token == "\ufffd" for entry in content)
+    assert all(len(entry.bytes) == 1 for entry in content)
+    joined = bytes(b for entry in content for b in entry.bytes)
+    assert joined.decode() == reply.choices[0].message.content
+    chunks = list(chat(client, model="utf8-model", max_tokens=20, logprobs=True, stream=True))
+    for chunk in chunks:
+        choice = chunk.choices[0]
+        if choice.delta.content:
+            data = bytes(b for entry in choice.logprobs.content for b in entry.bytes)
+            assert data.decode() == choice.delta.content
+
+
+def test_top_logprobs_without_logprobs_is_a_400(http: httpx.Client) -> None:
+    body = {"model": "fake-model", "messages": USER, "max_tokens": 4, "top_logprobs": 2}
+    answer = http.post("/v1/chat/completions", json=body)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "top_logprobs"
+    too_many = {**body, "logprobs": True, "top_logprobs": 21}
+    assert http.post("/v1/chat/completions", json=too_many).status_code == 400
 
 
 def test_sampled_replies_differ_without_a_seed_and_repeat_with_one(client: openai.OpenAI) -> None:

@@ -23,6 +23,7 @@ from superfluid.application.ports import Feed, Logits, Runtime
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
 from superfluid.domain.constrained import sample_allowed
 from superfluid.domain.gates.ramp import DraftRamp
+from superfluid.domain.logprobs import TokenLogprob, token_logprob
 from superfluid.domain.verification import RoundResult, verify_by_matching
 
 #: Prompt tokens fed per lane per tick: long prompts are chunked so decoding lanes keep moving.
@@ -89,6 +90,7 @@ class _Lane:
     accepted: int = 0
     finish: Finish | None = None
     out: list[int] = field(default_factory=list)
+    out_logprobs: list[TokenLogprob] = field(default_factory=list)  # aligned with `out`
     ramp: DraftRamp = field(default_factory=DraftRamp)
 
     @property
@@ -219,8 +221,12 @@ class Executor:
                 )
                 events.append(Committed(request.id, (), SpecStats(), Finish.ERROR, why))
                 continue
+            # Grammar and logprobs lanes never draft (SPECULATION.md §8), whatever `speculate` says.
             speculates = (
-                request.speculate and request.constraint is None and self._drafter is not None
+                request.speculate
+                and request.constraint is None
+                and request.logprobs is None
+                and self._drafter is not None
             )
             lane = _Lane(
                 request=request,
@@ -244,8 +250,18 @@ class Executor:
         self, lane: _Lane, finish: Finish, events: list[Committed], error: str | None = None
     ) -> None:
         lane.finish = finish
-        events.append(Committed(lane.request.id, tuple(lane.out), lane.stats, finish, error))
+        events.append(
+            Committed(
+                lane.request.id,
+                tuple(lane.out),
+                lane.stats,
+                finish,
+                error,
+                logprobs=tuple(lane.out_logprobs),
+            )
+        )
         lane.out = []
+        lane.out_logprobs = []
 
     def _release_finished(self) -> None:
         keep: list[_Lane] = []
@@ -342,12 +358,32 @@ class Executor:
         if lane.draft_state is not None:
             lane.draft_state.commit(tokens)
         stopped = tokens[-1] in stops
-        lane.out.extend(tokens[:-1] if stopped else tokens)
+        emitted = tokens[:-1] if stopped else tokens
+        if request.logprobs is not None:
+            # Token i of a round was sampled from row i (a plain round has one of each), and the
+            # stop token is not emitted, so it gets no entry.
+            try:
+                entries = [
+                    token_logprob(row, token, request.logprobs)
+                    for token, row in zip(emitted, rows, strict=False)
+                ]
+            except ValueError as error:  # a row that is no distribution fails its lane only
+                self._finish(
+                    lane, Finish.ERROR, events, error=f"computing logprobs failed: {error}"
+                )
+                return len(tokens), result.accepted
+            lane.out_logprobs.extend(entries)
+        lane.out.extend(emitted)
         if stopped or (request.constraint is not None and request.constraint.complete):
             self._finish(lane, Finish.STOP, events)
         elif result.finished or len(lane.history) >= self._caps.context_size:
             self._finish(lane, Finish.LENGTH, events)
         elif lane.out:
-            events.append(Committed(request.id, tuple(lane.out), lane.stats))
+            events.append(
+                Committed(
+                    request.id, tuple(lane.out), lane.stats, logprobs=tuple(lane.out_logprobs)
+                )
+            )
             lane.out = []
+            lane.out_logprobs = []
         return len(tokens), result.accepted

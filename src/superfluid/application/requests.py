@@ -8,6 +8,7 @@ import threading
 from dataclasses import dataclass, field
 
 from superfluid.application.grammar import TokenConstraint
+from superfluid.domain.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 from superfluid.domain.sampling import SamplingParams
 
 _ids = itertools.count(1)
@@ -32,8 +33,17 @@ class GenerationRequest:
     speculate: bool = True
     #: A grammar lane's constraint (JSON mode); such lanes never speculate.
     constraint: TokenConstraint | None = None
+    #: None: no log-probabilities; n: each committed token's, with the n most likely (0..20).
+    #: Such lanes never speculate either (SPECULATION.md §8).
+    logprobs: int | None = None
     id: int = field(default_factory=lambda: next(_ids))
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(
+                f"logprobs asks for the top {self.logprobs} tokens; ask for 0 to {MAX_TOP_LOGPROBS}"
+            )
 
     def cancel(self) -> None:
         """Ask for the lane to be freed; honoured at the start of the next tick."""
@@ -59,7 +69,9 @@ class Committed:
     """Tokens committed for one request in one tick: an accepted draft is one event.
 
     `tokens` never includes the stop token that ended the lane. `finish` is set on the
-    lane's last event; `error` explains a Finish.ERROR.
+    lane's last event; `error` explains a Finish.ERROR. For a lane that asked for logprobs,
+    `logprobs[i]` belongs to `tokens[i]` (the stop token gets none, as it is not emitted);
+    for other lanes it is empty.
     """
 
     request_id: int
@@ -67,3 +79,4 @@ class Committed:
     spec: SpecStats
     finish: Finish | None = None
     error: str | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()

@@ -33,7 +33,7 @@ from superfluid.entrypoints.http.intake import (
     generation_request,
     read_body,
 )
-from superfluid.entrypoints.http.replies import ReplyFrame, usage
+from superfluid.entrypoints.http.replies import LogprobEntry, ReplyFrame, usage
 from superfluid.entrypoints.http.schemas import ChatCompletionBody, CompletionBody
 from superfluid.entrypoints.http.streaming import GenerationStream, sse_events
 
@@ -127,11 +127,12 @@ def create_app(
                 events = sse_events(generation, first, frame, body.options)
                 handed_to_stream = True
                 return GenerationStream(generation, events)
-            text, last = await unless_disconnected(_whole_reply(generation), request)
+            text, entries, last = await unless_disconnected(_whole_reply(generation), request)
             _raise_if_failed(last)
             assert last.finish is not None
             totals = usage(generation.prompt_tokens, last.completion_tokens)
-            return JSONResponse(frame.reply(text, last.finish, totals, last.spec))
+            logprobs = entries if work.logprobs is not None else None
+            return JSONResponse(frame.reply(text, last.finish, totals, last.spec, logprobs))
         finally:
             if not handed_to_stream:
                 generation.cancel()  # finished, failed or abandoned: the lane is not needed
@@ -139,13 +140,15 @@ def create_app(
     return app
 
 
-async def _whole_reply(generation: Generation) -> tuple[str, Piece]:
+async def _whole_reply(generation: Generation) -> tuple[str, list[LogprobEntry], Piece]:
     texts = []
+    entries: list[LogprobEntry] = []
     while True:
         piece = await generation.next_piece()
         texts.append(piece.text)
+        entries.extend(piece.logprobs)
         if piece.last:
-            return "".join(texts), piece
+            return "".join(texts), entries, piece
 
 
 def _raise_if_failed(piece: Piece) -> None:

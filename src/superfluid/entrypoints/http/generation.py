@@ -9,13 +9,22 @@ strings. A piece is one committed event: an accepted draft is one piece with sev
 Whoever holds a `Generation` must call `cancel()` when it stops listening (a finished reply, a
 client that hung up, a stop string): the lane is then freed at the worker's next tick.
 Cancelling a request that already finished is harmless.
+
+Logprobs (for a request that asked): each emitted token's entry waits until text from that token
+has been released, then leaves with the piece that released it, so a stream's chunk carries the
+entries of the tokens it shows. When a stop string cuts the reply, the entries of tokens whose
+text starts at or after the cut are dropped: the client never sees those tokens. A token's
+`offset` counts characters of its tokens' bytes decoded one after another; where a tokenizer
+renders a sequence differently from its tokens one by one, offsets are approximate.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import codecs
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -24,7 +33,9 @@ from fastapi import Request
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.application.text import TextStream
+from superfluid.domain.logprobs import TokenLogprob
 from superfluid.entrypoints.http.errors import ClientGone
+from superfluid.entrypoints.http.replies import LogprobEntry, TopEntry
 
 T = TypeVar("T")
 
@@ -42,6 +53,8 @@ class Piece:
     spec: SpecStats  # the lane's drafting so far
     finish: str | None = None  # "stop" or "length" on the last piece
     error: str | None = None  # set instead of `finish` when the lane failed
+    #: Entries for the tokens whose text this piece released (requests with logprobs only).
+    logprobs: tuple[LogprobEntry, ...] = ()
 
     @property
     def last(self) -> bool:
@@ -51,6 +64,43 @@ class Piece:
     def error_status(self) -> int:
         """The HTTP status for a failure that happened before any byte was sent."""
         return 503 if self.error and _SHUTTING_DOWN in self.error else 500
+
+
+def _shown(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+class LogprobTrail:
+    """Turns a lane's `TokenLogprob`s into reply entries and holds each until its text is out."""
+
+    def __init__(self, pieces: Callable[[int], bytes]) -> None:
+        self._pieces = pieces
+        # The same decoding TextStream does, so offsets count the characters a client sees.
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._chars = 0
+        self._waiting: list[LogprobEntry] = []
+
+    def push(self, tokens: Sequence[int], logprobs: Sequence[TokenLogprob]) -> None:
+        for token, logprob in zip(tokens, logprobs, strict=True):
+            data = self._pieces(token)
+            top = tuple(self._top_entry(alt, value) for alt, value in logprob.top)
+            self._waiting.append(
+                LogprobEntry(_shown(data), data, logprob.logprob, top, self._chars)
+            )
+            self._chars += len(self._decoder.decode(data))
+
+    def _top_entry(self, token: int, logprob: float) -> TopEntry:
+        data = self._pieces(token)
+        return TopEntry(_shown(data), data, logprob)
+
+    def release(self, shown_chars: int | None) -> tuple[LogprobEntry, ...]:
+        """Entries whose text starts before `shown_chars` (all of them for None)."""
+        if shown_chars is None:
+            count = len(self._waiting)
+        else:  # offsets never decrease, so the released entries are a prefix
+            count = bisect.bisect_left(self._waiting, shown_chars, key=lambda e: e.offset)
+        released, self._waiting = self._waiting[:count], self._waiting[count:]
+        return tuple(released)
 
 
 class Generation:
@@ -71,6 +121,8 @@ class Generation:
         self._completion_tokens = 0
         self._spec = SpecStats()
         self._ended = False
+        self._trail = LogprobTrail(host.token_pieces()) if request.logprobs is not None else None
+        self._shown_chars = 0  # characters released so far
 
     def start(self) -> None:
         self._service.submit(self._host, self.request, self._on_event)
@@ -93,6 +145,8 @@ class Generation:
         if event.spec.proposed >= self._spec.proposed:
             self._spec = event.spec  # a failure event carries no stats: keep what was seen
         text = self._text.push(event.tokens)
+        if self._trail is not None:
+            self._trail.push(event.tokens, event.logprobs)
         if self._text.stopped:
             # A stop string ends the reply here, whatever the lane would do next.
             self._ended = True
@@ -102,15 +156,31 @@ class Generation:
             return self._piece(text, event)
         self._ended = True
         if event.finish in (Finish.STOP, Finish.LENGTH):
-            return self._piece(text + self._text.finish(), event, finish=event.finish.value)
+            text += self._text.finish()
+            return self._piece(text, event, finish=event.finish.value, everything=True)
         # CANCELLED only follows our own cancel(), after which nobody listens; ERROR is real.
         why = event.error or f"the request ended unexpectedly ({event.finish.value})"
         return self._piece(text, event, error=why)
 
     def _piece(
-        self, text: str, event: Committed, finish: str | None = None, error: str | None = None
+        self,
+        text: str,
+        event: Committed,
+        finish: str | None = None,
+        error: str | None = None,
+        *,
+        everything: bool = False,
     ) -> Piece:
-        return Piece(text, len(event.tokens), self._completion_tokens, self._spec, finish, error)
+        """The piece for `event`; `everything` releases every waiting entry (the text is all out)."""
+        self._shown_chars += len(text)
+        entries = (
+            self._trail.release(None if everything else self._shown_chars)
+            if self._trail is not None
+            else ()
+        )
+        return Piece(
+            text, len(event.tokens), self._completion_tokens, self._spec, finish, error, entries
+        )
 
 
 async def _until_disconnected(request: Request) -> None:

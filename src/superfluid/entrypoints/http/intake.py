@@ -194,6 +194,11 @@ def check_supported(body: SamplingFields) -> None:
                 "`response_format` json_schema is not supported; use json_object or text",
                 "response_format.type",
             )
+        if body.top_logprobs is not None and not body.logprobs:
+            # OpenAI refuses this too: the count means nothing without the log-probabilities.
+            raise bad_request(
+                "`top_logprobs` needs `logprobs: true`; send both or neither", "top_logprobs"
+            )
     if isinstance(body, CompletionBody):
         if body.echo:
             raise bad_request("`echo` is not supported; send the request without it", "echo")
@@ -213,6 +218,15 @@ def must_decode_plainly(body: SamplingFields) -> bool:
     if isinstance(body, CompletionBody):
         return body.logprobs is not None
     return False
+
+
+def logprobs_wanted(body: SamplingFields) -> int | None:
+    """How many top tokens each logprobs entry lists, or None when logprobs are off."""
+    if isinstance(body, ChatCompletionBody):
+        return (body.top_logprobs or 0) if body.logprobs else None
+    if isinstance(body, CompletionBody):
+        return body.logprobs
+    return None
 
 
 def sampling_params(
@@ -271,4 +285,5 @@ def generation_request(
         max_tokens=max_tokens,
         speculate=not must_decode_plainly(body),
         constraint=constraint,
+        logprobs=logprobs_wanted(body),
     )

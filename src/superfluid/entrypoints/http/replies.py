@@ -4,20 +4,90 @@ Chat and text completions differ only in names: `chat.completion` with a `messag
 `delta`, against `text_completion` with `text`. A `ReplyFrame` carries what every chunk of one
 reply shares (id, creation time, model, which API) and builds both shapes.
 
-`logprobs` is always null: this server does not compute log-probabilities yet, though a request
-asking for them is accepted (and decodes plainly, as §8 requires of such lanes).
+`logprobs` is null unless the request asked for them (such lanes decode plainly, §8). Then:
+
+- chat: `{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob",
+  "bytes"}, ...]}, ...]}`, OpenAI's shape;
+- text completions: `{"tokens": [...], "token_logprobs": [...], "top_logprobs": [{text: logprob,
+  ...}, ...], "text_offset": [...]}`, the legacy shape. Two top tokens with the same text would
+  share a key: the likelier one is kept.
+
+Values are the model's raw log-probabilities (superfluid.domain.logprobs). A token's text is the
+runtime's detokenization of that token alone, decoded with errors="replace", so a token holding
+part of a UTF-8 character shows U+FFFD; `bytes` carries its exact bytes. JSON has no -Infinity,
+so a log-probability below LOGPROB_FLOOR is reported as the floor (vLLM does the same).
+In a stream each content chunk carries the entries of the tokens whose text it releases.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from superfluid.application.requests import SpecStats
 
 Json = dict[str, Any]
+
+#: The lowest log-probability a reply reports: -inf is not valid JSON.
+LOGPROB_FLOOR = -9999.0
+
+
+@dataclass(frozen=True, slots=True)
+class TopEntry:
+    text: str
+    data: bytes
+    logprob: float
+
+
+@dataclass(frozen=True, slots=True)
+class LogprobEntry:
+    """One emitted token as a reply shows it: its text and bytes, its log-probability, the
+    likeliest tokens at its step, and where its text starts in the completion (characters)."""
+
+    text: str
+    data: bytes
+    logprob: float
+    top: tuple[TopEntry, ...]
+    offset: int
+
+
+def _reported(logprob: float) -> float:
+    return max(logprob, LOGPROB_FLOOR)
+
+
+def chat_logprobs(entries: Sequence[LogprobEntry]) -> Json:
+    return {
+        "content": [
+            {
+                "token": entry.text,
+                "logprob": _reported(entry.logprob),
+                "bytes": list(entry.data),
+                "top_logprobs": [
+                    {"token": top.text, "logprob": _reported(top.logprob), "bytes": list(top.data)}
+                    for top in entry.top
+                ],
+            }
+            for entry in entries
+        ]
+    }
+
+
+def completion_logprobs(entries: Sequence[LogprobEntry]) -> Json:
+    tops: list[dict[str, float]] = []
+    for entry in entries:
+        by_text: dict[str, float] = {}
+        for top in entry.top:  # highest first: setdefault keeps the likelier of two same texts
+            by_text.setdefault(top.text, _reported(top.logprob))
+        tops.append(by_text)
+    return {
+        "tokens": [entry.text for entry in entries],
+        "token_logprobs": [_reported(entry.logprob) for entry in entries],
+        "top_logprobs": tops,
+        "text_offset": [entry.offset for entry in entries],
+    }
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> Json:
@@ -56,18 +126,35 @@ class ReplyFrame:
     def _head(self, kind: str) -> Json:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
-    def reply(self, text: str, finish: str, usage_block: Json, spec: SpecStats) -> Json:
-        """A whole, non-streamed reply."""
+    def _logprobs(self, entries: Sequence[LogprobEntry] | None) -> Json | None:
+        if entries is None:
+            return None
+        return chat_logprobs(entries) if self.chat else completion_logprobs(entries)
+
+    def reply(
+        self,
+        text: str,
+        finish: str,
+        usage_block: Json,
+        spec: SpecStats,
+        logprobs: Sequence[LogprobEntry] | None = None,
+    ) -> Json:
+        """A whole, non-streamed reply; `logprobs` is None when the request did not ask."""
         if self.chat:
             choice: Json = {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
-                "logprobs": None,
+                "logprobs": self._logprobs(logprobs),
                 "finish_reason": finish,
             }
             body = self._head("chat.completion")
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": self._logprobs(logprobs),
+                "finish_reason": finish,
+            }
             body = self._head("text_completion")
         body["choices"] = [choice]
         body["usage"] = usage_block
@@ -84,18 +171,20 @@ class ReplyFrame:
         finish: str | None = None,
         usage_block: Json | None = None,
         spec: SpecStats | None = None,
+        logprobs: Sequence[LogprobEntry] | None = None,
     ) -> Json:
         """One stream chunk: text (None on the closing chunk), and what it is asked to carry."""
+        lp = self._logprobs(logprobs)
         if self.chat:
             delta: Json = {}
             if with_role:
                 delta["role"] = "assistant"
             if text is not None or with_role:
                 delta["content"] = text or ""
-            choice: Json = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice: Json = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
             body = self._head("chat.completion.chunk")
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish}
             body = self._head("text_completion")
         body["choices"] = [choice]
         if usage_block is not None:

@@ -2,7 +2,9 @@
 
 An accepted draft is one committed event, so it leaves as one chunk carrying all of its text.
 An event whose bytes end inside a UTF-8 character releases no text yet; its chunk is skipped,
-but its tokens are counted, so the next chunk's cumulative usage includes them.
+but its tokens are counted, so the next chunk's cumulative usage includes them. With logprobs,
+a content chunk carries the entries of the tokens whose text it shows; entries still owed when
+the reply ends (tokens that showed no text) ride on the closing chunk.
 
 The first piece is awaited before the response starts (see app.py), so a failure before any
 byte is an ordinary HTTP error; a failure after the headers went out can only be told in the
@@ -21,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from superfluid.entrypoints.http.errors import SERVER_ERROR, error_body
 from superfluid.entrypoints.http.generation import Generation, Piece
-from superfluid.entrypoints.http.replies import ReplyFrame, usage
+from superfluid.entrypoints.http.replies import LogprobEntry, ReplyFrame, usage
 from superfluid.entrypoints.http.schemas import StreamOptions
 
 log = logging.getLogger("superfluid")
@@ -37,19 +39,24 @@ async def sse_events(
     generation: Generation, first: Piece, frame: ReplyFrame, options: StreamOptions
 ) -> AsyncIterator[str]:
     role_owed = frame.chat  # the first chunk of a chat stream names the assistant role
+    wants_logprobs = generation.request.logprobs is not None
+    owed: list[LogprobEntry] = []  # entries of a skipped chunk go with the next one sent
     piece = first
     try:
         while True:
             totals = usage(generation.prompt_tokens, piece.completion_tokens)
+            owed.extend(piece.logprobs)
             if piece.text:
                 yield sse(
                     frame.chunk(
                         piece.text,
                         with_role=role_owed,
                         usage_block=totals if options.continuous_usage_stats else None,
+                        logprobs=owed if wants_logprobs else None,
                     )
                 )
                 role_owed = False
+                owed = []
             if piece.error is not None:
                 yield sse(error_body(piece.error, type=SERVER_ERROR))
                 break
@@ -62,6 +69,7 @@ async def sse_events(
                         finish=piece.finish,
                         usage_block=totals if wants_usage else None,
                         spec=piece.spec,
+                        logprobs=owed if owed else None,
                     )
                 )
                 if options.include_usage:
