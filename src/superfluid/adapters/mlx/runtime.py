@@ -1,0 +1,320 @@
+"""The MLX runtime: one MLX model directory through mlx-lm, a prompt cache per sequence.
+
+MLX verifies one lane at a time. mlx-lm's caches hold one sequence each (its batched caches
+pad and mask lanes instead of packing them), so a step runs its feeds one forward pass after
+another, each over that sequence's own cache. The capability record says so
+(`verify_batches=False`) and the executor drafts only while at most one lane decodes: a
+verify pass for several lanes would cost several passes, which speculation does not repay.
+
+Cutting goes through `kv.cut_exactly`: trimmability is checked before, every layer's offset
+after, and a cache that did not cut fails the lane (RuntimeFault) instead of decoding on from
+positions that should be gone. Models whose caches cannot cut (sliding windows shorter than
+the context, recurrent state) say so in `cut_refusal`, and register no strategy.
+
+Offline by construction: the model must be a local directory; mlx-lm would otherwise take the
+path for a Hugging Face repository id and download it.
+
+Threads. Since mlx 0.31.2 an array with pending work belongs to the stream of the thread that
+built it. Loading evaluates every weight (mlx-lm's `lazy=False`), caches are made in
+`new_sequence` and every step evaluates its results and the caches before returning, so no
+pending work crosses from the loading thread to the executor's worker. Tokenising runs on
+other threads (the HTTP layer's pool) and Hugging Face fast tokenizers are not safe to share
+across threads, so it takes a lock; detokenising reads a table built at load.
+
+Not thread-safe otherwise: one executor thread owns a runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, cast
+
+import mlx.core as mx
+import mlx_lm
+import numpy as np
+from mlx_lm.models.cache import make_prompt_cache
+
+from superfluid.adapters.mlx import ModelLoadError
+from superfluid.adapters.mlx.chat import ChatFormat
+from superfluid.adapters.mlx.kv import CutFailed, cut_exactly, cut_refusal, offsets
+from superfluid.adapters.mlx.pieces import Pieces
+from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
+
+MAX_VERIFY_ROWS = 16
+# Prompt tokens per forward pass: a longer feed (prefill) runs as several, over the same cache.
+PREFILL_STEP = 512
+
+
+class MlxRuntime:
+    """A loaded MLX model behind the `Runtime` port (see application/ports.py)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        config: dict[str, Any],
+        *,
+        path: Path,
+        ctx_size: int,
+        max_sequences: int,
+    ) -> None:
+        self._model = model
+        self._tokenizer = tokenizer
+        self.path = path
+        self.architecture = str(config.get("model_type", "unknown"))
+        self._ctx_size = ctx_size
+        self._max_sequences = max_sequences
+        self._text_lock = threading.Lock()
+        self._free = list(range(max_sequences))
+        self._caches: dict[int, list[Any]] = {}
+        self._lengths: dict[int, int] = {}
+        vocab_size = int(config.get("vocab_size") or _text_config(config).get("vocab_size") or 0)
+        self.pieces = Pieces(tokenizer, vocab_size=vocab_size)
+        self._bos = tokenizer.bos_token_id
+        self._adds_bos = self._bos is not None and tokenizer.encode("")[:1] == [self._bos]
+        self.chat_format = ChatFormat(tokenizer, adds_bos=self._adds_bos)
+        self._capabilities = self._describe(_eos_tokens(tokenizer, path, self.pieces.size))
+
+    @classmethod
+    def load(cls, path: Path | str, *, ctx_size: int = 4096, max_sequences: int = 4) -> MlxRuntime:
+        """Load an MLX model directory: `max_sequences` lanes of `ctx_size` positions each."""
+        path = Path(path).expanduser()
+        # A path that is not a directory here would send mlx-lm to the Hugging Face hub.
+        if not path.is_dir():
+            raise ModelLoadError(f"{path}: no such MLX model directory")
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path}: not an MLX model directory (no config.json)")
+        if ctx_size < 1 or max_sequences < 1:
+            raise ValueError("ctx_size and max_sequences must be positive")
+        try:
+            loaded = mlx_lm.load(str(path), return_config=True)
+        except Exception as exc:  # mlx-lm and transformers raise many kinds; all mean "cannot load"
+            raise ModelLoadError(f"{path}: mlx-lm cannot load this directory ({exc})") from exc
+        model, tokenizer, config = cast(tuple[Any, Any, dict[str, Any]], loaded)
+        return cls(
+            model, tokenizer, config, path=path, ctx_size=ctx_size, max_sequences=max_sequences
+        )
+
+    def _describe(self, eos_tokens: frozenset[int]) -> Capabilities:
+        # The model's own cache layout decides; a fresh cache holds no arrays yet.
+        refusal = cut_refusal(make_prompt_cache(self._model), context_size=self._ctx_size)
+        notes = (
+            f"chat template: {self.chat_format.origin}",
+            "one lane per forward pass: drafts only while one lane decodes",
+        )
+        return Capabilities(
+            runtime="mlx",
+            verify_rows=True,
+            verify_batches=False,
+            cut_refusal=refusal,
+            strategies=("prompt-lookup",) if refusal is None else (),
+            max_verify_rows=MAX_VERIFY_ROWS,
+            context_size=self._ctx_size,
+            eos_tokens=eos_tokens,
+            max_sequences=self._max_sequences,
+            notes=notes,
+        )
+
+    # The Runtime port.
+
+    @property
+    def name(self) -> str:
+        return "mlx"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        with self._text_lock:
+            return list(self._tokenizer.encode(text, add_special_tokens=add_special))
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        return self.pieces(tokens)
+
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
+        with self._text_lock:
+            return self.chat_format(messages)
+
+    def new_sequence(self) -> int:
+        self._open()
+        if not self._free:
+            raise RuntimeFault(f"all {self._max_sequences} sequences of this model are in use")
+        seq = self._free.pop(0)
+        self._caches[seq] = make_prompt_cache(self._model)
+        self._lengths[seq] = 0
+        return seq
+
+    def free_sequence(self, seq: int) -> None:
+        # Freeing twice would wipe a lane that was handed the id in between: refuse instead.
+        if self._lengths.pop(seq, None) is None:
+            raise RuntimeFault(f"sequence {seq} is not in use")
+        self._caches.pop(seq, None)
+        self._free.append(seq)
+        self._free.sort()
+
+    def length(self, seq: int) -> int:
+        """Positions `seq` holds (the `start` its next feed must carry)."""
+        return self._held(seq)
+
+    def cut(self, seq: int, length: int) -> None:
+        held = self._held(seq)
+        if held < 0:
+            raise RuntimeFault(f"sequence {seq} failed a cut; free it and start again")
+        if not 0 <= length <= held:
+            raise RuntimeFault(f"cannot cut sequence {seq} to {length}: it holds {held} positions")
+        if length == held:
+            return
+        if length == 0:  # a fresh cache is an exact cut to nothing, whatever the cache kind
+            self._caches[seq] = make_prompt_cache(self._model)
+            self._lengths[seq] = 0
+            return
+        refusal = self._capabilities.cut_refusal
+        if refusal is not None:
+            raise RuntimeFault(f"cannot cut sequence {seq} to {length}: this model's {refusal}")
+        try:
+            cut_exactly(self._caches[seq], held=held, length=length)
+        except CutFailed as failure:
+            # What the cache holds is now unknown: no feed may build on it.
+            self._lengths[seq] = -1
+            raise RuntimeFault(
+                f"cutting sequence {seq} from {held} to {length} positions failed: {failure}"
+            ) from failure
+        self._lengths[seq] = length
+
+    def step(self, feeds: Sequence[Feed]) -> list[Logits]:
+        if not feeds:
+            return []
+        seen: set[int] = set()
+        for feed in feeds:
+            self._check(feed, seen)
+        results: list[Logits] = []
+        done: list[Feed] = []
+        try:
+            for feed in feeds:
+                done.append(feed)
+                results.append(self._run(feed))
+                self._lengths[feed.seq] = feed.start + len(feed.tokens)
+        except Exception as exc:
+            self._roll_back(done)
+            if isinstance(exc, RuntimeFault):
+                raise
+            raise RuntimeFault(
+                f"the MLX forward pass failed ({type(exc).__name__}: {exc})"
+            ) from exc
+        return results
+
+    def _run(self, feed: Feed) -> Logits:
+        cache = self._caches[feed.seq]
+        tokens = list(feed.tokens)
+        # Rows are wanted for every token (verification) or for the last one only; a long
+        # prefill runs in pieces whose rows, but for the last piece's last, nobody reads.
+        pieces = [tokens] if feed.all_rows else _chunks(tokens, PREFILL_STEP)
+        rows: Any = None
+        for piece in pieces:
+            logits = self._model(mx.array([piece], dtype=mx.int32), cache=cache)
+            rows = logits[0] if feed.all_rows else logits[0, -1:]
+            rows = rows.astype(mx.float32)
+            # Evaluate the cache with the rows: no pending work outlives the step.
+            mx.eval(rows, [entry.state for entry in cache])
+        return np.array(rows, dtype=np.float32)
+
+    def _check(self, feed: Feed, seen: set[int]) -> None:
+        held = self._held(feed.seq)
+        if feed.seq in seen:
+            raise RuntimeFault(f"sequence {feed.seq} is fed twice in one step")
+        seen.add(feed.seq)
+        if not feed.tokens:
+            raise RuntimeFault(f"an empty feed for sequence {feed.seq}")
+        if held < 0:
+            raise RuntimeFault(f"sequence {feed.seq} failed a cut; free it and start again")
+        if feed.start != held:
+            raise RuntimeFault(
+                f"a feed for sequence {feed.seq} starts at {feed.start}, but it holds {held} positions"
+            )
+        if held + len(feed.tokens) > self._ctx_size:
+            raise RuntimeFault(
+                f"sequence {feed.seq} would pass the context size ({held} + {len(feed.tokens)} > {self._ctx_size})"
+            )
+        if any(not 0 <= int(t) < self.pieces.size for t in feed.tokens):
+            raise RuntimeFault(f"a feed for sequence {feed.seq} has a token outside the vocabulary")
+
+    def _roll_back(self, feeds: Sequence[Feed]) -> None:
+        # A failed step leaves each sequence as it was before it, where the cache can cut;
+        # one that cannot is marked so that no feed builds on it (the executor frees it).
+        for feed in feeds:
+            cache = self._caches.get(feed.seq)
+            if cache is None:
+                continue
+            try:
+                held = max(_layer_offsets(cache), default=feed.start)
+                if held != feed.start:
+                    cut_exactly(cache, held=held, length=feed.start)
+                self._lengths[feed.seq] = feed.start
+            except CutFailed:
+                self._lengths[feed.seq] = -1
+
+    def _open(self) -> None:
+        if self._model is None:
+            raise RuntimeFault(f"{self.path.name} has been unloaded")
+
+    def _held(self, seq: int) -> int:
+        held = self._lengths.get(seq)
+        if held is None:
+            raise RuntimeFault(f"sequence {seq} is not in use")
+        return held
+
+    # Lifetime.
+
+    def close(self) -> None:
+        """Drop the caches and the model; the runtime is unusable afterwards."""
+        self._lengths.clear()  # every sequence call now fails as "not in use"
+        self._caches.clear()
+        self._model = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _chunks(tokens: list[int], size: int) -> list[list[int]]:
+    return [tokens[i : i + size] for i in range(0, len(tokens), size)]
+
+
+def _layer_offsets(cache: list[Any]) -> list[int]:
+    try:
+        return offsets(cache)
+    except CutFailed:
+        return []
+
+
+def _text_config(config: dict[str, Any]) -> dict[str, Any]:
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else {}
+
+
+def _eos_tokens(tokenizer: Any, path: Path, vocab_size: int) -> frozenset[int]:
+    """The tokenizer's ends (mlx-lm merges config.json's `eos_token_id` into them), plus
+    generation_config.json's: chat models often list their end-of-turn tokens only there."""
+    found = {int(t) for t in getattr(tokenizer, "eos_token_ids", ()) or ()}
+    try:
+        generation = json.loads((path / "generation_config.json").read_text())
+    except (OSError, ValueError):
+        generation = {}
+    listed = generation.get("eos_token_id") if isinstance(generation, dict) else None
+    if isinstance(listed, int):
+        found.add(listed)
+    elif isinstance(listed, list):
+        found.update(int(t) for t in listed if isinstance(t, int))
+    return frozenset(t for t in found if 0 <= t < vocab_size)
