@@ -1,6 +1,6 @@
 #!/bin/sh
 # Install superfluid into ./.venv.
-#   scripts/install.sh          everything the test suite needs (dev, llamacpp, demo extras)
+#   scripts/install.sh          everything the test suite needs (dev, llamacpp, mlx, demo extras)
 #   scripts/install.sh demo     what the demo server needs (llamacpp, demo extras)
 #
 # llama-cpp-python is source-only on PyPI. On x86_64 Linux its default native build can emit
@@ -11,7 +11,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 case "${1:-test}" in
-  test) extras="dev,llamacpp,demo" ;;
+  test) extras="dev,llamacpp,mlx,demo" ;;
   demo) extras="llamacpp,demo" ;;
   *) echo "usage: scripts/install.sh [test|demo]" >&2; exit 2 ;;
 esac

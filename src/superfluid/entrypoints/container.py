@@ -21,6 +21,7 @@ from superfluid.adapters.observers import FanOut
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.entrypoints.hosts import ServePlan, build_hosts, load_llamacpp
 from superfluid.entrypoints.http.app import create_app
+from superfluid.entrypoints.mlx_loader import load_mlx
 
 # `*_created` series double /metrics for no reader we serve; process-wide, so set here.
 prometheus_client.disable_created_metrics()
@@ -39,7 +40,9 @@ class Container(containers.DeclarativeContainer):
     plan = providers.Dependency(instance_of=ServePlan)
 
     clock = providers.Object(time.perf_counter)
-    runtime_loaders = providers.Dict(llamacpp=providers.Object(load_llamacpp))
+    runtime_loaders = providers.Dict(
+        llamacpp=providers.Object(load_llamacpp), mlx=providers.Object(load_mlx)
+    )
 
     hosts = providers.Singleton(build_hosts, plan=plan, loaders=runtime_loaders, clock=clock)
     metrics = providers.Singleton(PrometheusMetrics, hosts=hosts)
