@@ -1,0 +1,238 @@
+"""The basert runtime on its reference backend: a `.base` bundle run by numpy, behind the port.
+
+The closed libbaseRT engine runs only on macOS arm64 and Linux arm64 + GB10, and its C API
+returns last-position logits only, so it could not be driven from outside for drafting anyway.
+Everywhere, this runtime runs the bundle on the reference backend (`model.py`): slow, but
+exact and batch-invariant, so the executor's speculative output equals plain output token for
+token. It says so once per loaded bundle.
+
+Sequences are KV caches of at most `ctx_size` positions each, `max_sequences` of them, handed
+out lowest id first. A step runs every feed in one forward pass; a feed that breaks a promise
+(wrong start, twice in a step, past the context) fails the whole step before anything is
+computed, so no cache is left half-written.
+
+Not thread-safe: one executor thread owns a runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from superfluid.adapters.basert.bundle import Bundle, BundleError
+from superfluid.adapters.basert.draft_model import DraftModelDrafter
+from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
+from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
+from superfluid.adapters.basert.tokenizer import BundleTokenizer
+from superfluid.application.drafting import Drafter, PromptLookupDrafter
+from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
+from superfluid.application.registration import EngineRefusal
+from superfluid.domain.bundle_header import BundleHeader
+
+MAX_VERIFY_ROWS = 16
+STRATEGIES = ("prompt-lookup", "draft-model")
+
+log = logging.getLogger("superfluid")
+
+
+class BaseRTRuntime:
+    """A loaded `.base` bundle behind the `Runtime` port (see application/ports.py)."""
+
+    def __init__(
+        self,
+        *,
+        path: Path,
+        header: BundleHeader,
+        model: DenseModel,
+        tokenizer: BundleTokenizer,
+        ctx_size: int,
+        max_sequences: int,
+    ) -> None:
+        self.path = path
+        self.header = header
+        self.model = model
+        self.tokenizer = tokenizer
+        self._ctx_size = ctx_size
+        self._max_sequences = max_sequences
+        self._free = list(range(max_sequences))
+        self._caches: dict[int, KVCache] = {}
+        refusal = cut_refusal(header)
+        self._capabilities = Capabilities(
+            runtime="basert",
+            verify_rows=True,
+            verify_batches=True,
+            cut_refusal=refusal,
+            strategies=STRATEGIES if refusal is None else (),
+            max_verify_rows=MAX_VERIFY_ROWS,
+            context_size=ctx_size,
+            eos_tokens=tokenizer.eos_tokens,
+            max_sequences=max_sequences,
+            notes=("reference backend (numpy): every logits row is independent of the batch",),
+        )
+
+    @classmethod
+    def load(
+        cls, path: Path | str, *, ctx_size: int = 4096, max_sequences: int = 4
+    ) -> BaseRTRuntime:
+        """Load a bundle: `max_sequences` lanes of `ctx_size` positions each."""
+        if ctx_size < 1 or max_sequences < 1:
+            raise ValueError("ctx_size and max_sequences must be positive")
+        path = Path(path).expanduser()
+        with Bundle.open(path) as bundle:
+            config = ModelConfig.from_header(bundle.header, bundle.shown)
+            tokenizer = BundleTokenizer.from_header(bundle.header, bundle.shown)
+            bad = sorted(t for t in tokenizer.eos_tokens if t >= config.vocab_size)
+            if bad:
+                raise BundleError(
+                    f"{bundle.shown}: end token {bad[0]} is outside the model's vocabulary "
+                    f"of {config.vocab_size}"
+                )
+            model = DenseModel.from_bundle(bundle, max_positions=ctx_size, config=config)
+            log.info(
+                "basert: the libbaseRT engine is not available on this platform; "
+                "running %s on the reference backend (numpy)",
+                bundle.shown,
+            )
+            header = bundle.header
+        return cls(
+            path=path,
+            header=header,
+            model=model,
+            tokenizer=tokenizer,
+            ctx_size=ctx_size,
+            max_sequences=max_sequences,
+        )
+
+    # The Runtime port.
+
+    @property
+    def name(self) -> str:
+        return "basert"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._capabilities
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        return self.tokenizer.tokenize(text, add_special=add_special)
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        vocab = self.model.config.vocab_size
+        bad = next((t for t in tokens if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise RuntimeFault(f"token {bad} is outside the vocabulary (0..{vocab - 1})")
+        return self.tokenizer.detokenize(tokens)
+
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
+        """ChatML when the tokenizer has its turn markers, else plain `role: content` lines."""
+        start, end = "<|im_start|>", "<|im_end|>"
+        if self.tokenizer.token_id(start) is not None and self.tokenizer.token_id(end) is not None:
+            turns = "".join(
+                f"{start}{role}\n{content}{end}\n" for role, content in _turns(messages)
+            )
+            return f"{turns}{start}assistant\n"
+        return "".join(f"{role}: {content}\n" for role, content in _turns(messages)) + "assistant:"
+
+    def new_sequence(self) -> int:
+        if not self._free:
+            raise RuntimeFault(f"all {self._max_sequences} sequences of this model are in use")
+        seq = self._free.pop(0)
+        self._caches[seq] = self.model.new_cache(self._ctx_size)
+        return seq
+
+    def free_sequence(self, seq: int) -> None:
+        # Freeing twice would wipe a lane that was handed the id in between: refuse instead.
+        if self._caches.pop(seq, None) is None:
+            raise RuntimeFault(f"sequence {seq} is not in use")
+        self._free.append(seq)
+        self._free.sort()
+
+    @property
+    def open_sequences(self) -> int:
+        """Sequences handed out and not yet freed."""
+        return len(self._caches)
+
+    def length(self, seq: int) -> int:
+        """Positions `seq` holds (the `start` its next feed must carry)."""
+        return self._cache(seq).length
+
+    def cut(self, seq: int, length: int) -> None:
+        cache = self._cache(seq)
+        if not 0 <= length <= cache.length:
+            raise RuntimeFault(
+                f"cannot cut sequence {seq} to {length}: it holds {cache.length} positions"
+            )
+        refusal = self._capabilities.cut_refusal
+        if refusal is not None and 0 < length < cache.length:
+            raise RuntimeFault(f"cannot cut sequence {seq} to {length}: this model's {refusal}")
+        cache.cut(length)
+
+    def step(self, feeds: Sequence[Feed]) -> list[Logits]:
+        return self.forward(feeds)[0]
+
+    # Beyond the port: hidden-state taps for drafters that read the target's hidden states.
+
+    def forward(
+        self, feeds: Sequence[Feed], *, taps: Sequence[int] = ()
+    ) -> tuple[list[Logits], list[dict[int, Logits]]]:
+        """`step`, plus per feed the residual stream at each tap, one row per fed token
+        (tap numbering in model.py)."""
+        if not feeds:
+            return [], []
+        seen: set[int] = set()
+        passes = [self._pass(feed, seen) for feed in feeds]
+        try:
+            out = self.model.forward(passes, taps=taps)
+        except ValueError as err:  # checked above; a bug if it happens, still only a step fault
+            raise RuntimeFault(str(err)) from None
+        return out.logits, out.hidden
+
+    def drafter(self, strategy: str, path: Path | None) -> Drafter:
+        """A drafter for this model (the registration's DrafterEngine); EngineRefusal says why not."""
+        if self._capabilities.cut_refusal is not None:
+            raise EngineRefusal(
+                f"drafts are cut off after rejection, and this model's {self._capabilities.cut_refusal}"
+            )
+        if strategy == "prompt-lookup":
+            return PromptLookupDrafter()
+        if strategy == "draft-model":
+            if path is None:
+                raise EngineRefusal("a draft model is named by its bundle: draft-model:<path>")
+            return DraftModelDrafter.load(path, target=self)
+        raise EngineRefusal(
+            f"the basert reference backend runs {' and '.join(STRATEGIES)} drafters, not {strategy}"
+        )
+
+    def _cache(self, seq: int) -> KVCache:
+        cache = self._caches.get(seq)
+        if cache is None:
+            raise RuntimeFault(f"sequence {seq} is not in use")
+        return cache
+
+    def _pass(self, feed: Feed, seen: set[int]) -> Pass:
+        cache = self._cache(feed.seq)
+        if feed.seq in seen:
+            raise RuntimeFault(f"sequence {feed.seq} is fed twice in one step")
+        seen.add(feed.seq)
+        if not feed.tokens:
+            raise RuntimeFault(f"an empty feed for sequence {feed.seq}")
+        if feed.start != cache.length:
+            raise RuntimeFault(
+                f"a feed for sequence {feed.seq} starts at {feed.start}, "
+                f"but it holds {cache.length} positions"
+            )
+        if cache.length + len(feed.tokens) > self._ctx_size:
+            raise RuntimeFault(
+                f"sequence {feed.seq} would pass the context size "
+                f"({cache.length} + {len(feed.tokens)} > {self._ctx_size})"
+            )
+        vocab = self.model.config.vocab_size
+        bad = next((t for t in feed.tokens if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise RuntimeFault(f"token {bad} is outside the vocabulary (0..{vocab - 1})")
+        return Pass(cache, feed.tokens, feed.all_rows)
+
+
+def _turns(messages: Sequence[dict[str, str]]) -> list[tuple[str, str]]:
+    return [(m.get("role", "user"), m.get("content", "")) for m in messages]
