@@ -87,6 +87,26 @@ def demo_model() -> None:
         fail(error.message)
 
 
+bundle_app = typer.Typer(help="Work with .base bundles.", no_args_is_help=True)
+app.add_typer(bundle_app, name="bundle")
+
+
+@bundle_app.command("make-fixtures")
+def make_fixtures_command(
+    directory: Annotated[Path, typer.Argument(help="Where to write the fixture bundles.")],
+) -> None:
+    """Write tiny .base fixtures (a target, drafters and a trained byte-level tokenizer) for
+    trying every strategy on the basert reference backend."""
+    from superfluid.adapters.basert.fixtures import make_fixtures
+
+    try:
+        written = make_fixtures(directory.expanduser())
+    except (SuperfluidError, OSError) as error:
+        fail(error.message if isinstance(error, SuperfluidError) else f"{directory}: {error}")
+    for role, path in sorted(written.items()):
+        typer.echo(f"{role:10} {path}")
+
+
 @app.command()
 def drafters(
     model: Annotated[

@@ -19,7 +19,7 @@ from superfluid.adapters.metrics import PrometheusMetrics
 from superfluid.adapters.monitor import TerminalMonitor
 from superfluid.adapters.observers import FanOut
 from superfluid.application.service import GenerationService, ModelHost
-from superfluid.entrypoints.hosts import ServePlan, build_hosts, load_llamacpp
+from superfluid.entrypoints.hosts import ServePlan, build_hosts, load_basert, load_llamacpp
 from superfluid.entrypoints.http.app import create_app
 from superfluid.entrypoints.mlx_loader import load_mlx
 
@@ -41,7 +41,9 @@ class Container(containers.DeclarativeContainer):
 
     clock = providers.Object(time.perf_counter)
     runtime_loaders = providers.Dict(
-        llamacpp=providers.Object(load_llamacpp), mlx=providers.Object(load_mlx)
+        llamacpp=providers.Object(load_llamacpp),
+        mlx=providers.Object(load_mlx),
+        basert=providers.Object(load_basert),
     )
 
     hosts = providers.Singleton(build_hosts, plan=plan, loaders=runtime_loaders, clock=clock)

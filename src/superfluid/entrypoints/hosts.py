@@ -70,6 +70,14 @@ def superfluid_home(env: Mapping[str, str]) -> Path:
     return Path(env.get("SUPERFLUID_HOME") or Path.home() / ".superfluid").expanduser()
 
 
+def load_basert(path: Path, *, ctx_size: int, max_lanes: int, bitexact: bool) -> Runtime:
+    # The reference backend is batch-invariant by construction: bitexact asks nothing more.
+    del bitexact
+    from superfluid.adapters.basert.runtime import BaseRTRuntime
+
+    return BaseRTRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes)
+
+
 def model_name(path: Path) -> str:
     return path.name
 
