@@ -361,12 +361,12 @@ def test_a_draft_lane_proposes_what_a_fresh_one_proposes_after_any_commits(
 ) -> None:
     drafter = DraftModelDrafter.load(bundles["draft"], target=runtime)
     history = prompt(runtime, TEXTS[5])
-    lane = drafter.open(history)
+    lane = drafter.open(history, seq=0)
     rng = np.random.default_rng(3)
     for round_ in range(12):
         k = int(rng.integers(1, 6))
         draft = lane.propose(k)
-        assert draft == drafter.open(history).propose(k)
+        assert draft == drafter.open(history, seq=0).propose(k)
         assert lane.propose(k) == draft, "proposing again without a commit changed the draft"
         # Commit an accepted prefix and a correction, or (now and then) nothing drafted at all.
         kept = int(rng.integers(0, len(draft) + 1))

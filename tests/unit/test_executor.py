@@ -1,5 +1,6 @@
 import itertools
 
+import numpy as np
 import pytest
 
 from superfluid.application.drafting import PromptLookupDrafter
@@ -263,3 +264,86 @@ def test_each_tick_reports_what_it_drafted_accepted_and_committed():
     assert totals["prefill"] == 6
     assert totals["committed"] == generated == 40
     assert 0 < totals["accepted"] <= totals["drafted"]
+
+
+class ModelDrafter:
+    """A drafter that samples from the target's own distribution (p == q): rejection must
+    accept every sampled token; greedy drafts are its argmax tokens."""
+
+    strategy = "test-model"
+
+    def __init__(self, model):
+        self.model = model
+
+    def open(self, prompt, *, seq):
+        return _ModelDraftState(self.model, list(prompt))
+
+
+class _ModelDraftState:
+    def __init__(self, model, history):
+        self.model, self.history, self.sampled_rounds = model, history, 0
+
+    def propose(self, k):
+        context, out = list(self.history), []
+        for _ in range(k):
+            token = int(np.argmax(self.model.logits(context)))
+            out.append(token)
+            context.append(token)
+        return out
+
+    def propose_sampled(self, k, params, pos):
+        from superfluid.domain.rng import STREAM_DRAFT, uniform
+        from superfluid.domain.sampling import draw_index, token_distribution
+
+        self.sampled_rounds += 1
+        context, out, rows = list(self.history), [], []
+        for i in range(k):
+            q = token_distribution(self.model.logits(context), params, context)
+            token = draw_index(q, uniform(params.seed, pos + i, STREAM_DRAFT))
+            out.append(token)
+            rows.append(q)
+            context.append(token)
+        return out, np.stack(rows)
+
+    def commit(self, tokens):
+        self.history.extend(tokens)
+
+
+def test_a_sampled_draft_is_verified_by_rejection_and_a_perfect_drafter_is_always_accepted():
+    model = FakeModel(order=2, peak=1.0, eos=False)
+    runtime = FakeRuntime(model)
+    executor = Executor(
+        runtime,
+        max_lanes=1,
+        clock=itertools.count().__next__,
+        drafter=ModelDrafter(model),
+        policy=FixedDepth(3),
+    )
+    params = SamplingParams(temperature=1.0, seed=11)  # no filters or penalties: q is exactly p
+    executor.submit(GenerationRequest([5, 6, 7], params, 30))
+    last = None
+    while not executor.idle:
+        for event in executor.tick():
+            last = event
+    assert last.spec.proposed > 0
+    assert last.spec.accepted == last.spec.proposed
+
+
+def test_a_model_drafter_on_a_greedy_lane_keeps_plain_greedy_output():
+    model = FakeModel(order=2, peak=1.0, eos=False)
+    plain, _, _ = run(FakeRuntime(model), requests_for(PROMPTS), speculate=False)
+    executor = Executor(
+        FakeRuntime(model),
+        max_lanes=4,
+        clock=itertools.count().__next__,
+        drafter=ModelDrafter(model),
+        policy=FixedDepth(3),
+    )
+    reqs = requests_for(PROMPTS)
+    for r in reqs:
+        executor.submit(r)
+    out = {r.id: [] for r in reqs}
+    while not executor.idle:
+        for event in executor.tick():
+            out[event.request_id].extend(event.tokens)
+    assert [out[r.id] for r in reqs] == plain

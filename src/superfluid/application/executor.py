@@ -18,16 +18,21 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from superfluid.application.drafting import Drafter, DraftState
+import numpy as np
+import numpy.typing as npt
+
+from superfluid.application.drafting import Drafter, DraftState, SampledDraftState
 from superfluid.application.ports import Feed, Logits, Runtime
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
 from superfluid.domain.constrained import sample_allowed
 from superfluid.domain.gates.ramp import DraftRamp
 from superfluid.domain.logprobs import TokenLogprob, token_logprob
-from superfluid.domain.verification import RoundResult, verify_by_matching
+from superfluid.domain.verification import RoundResult, verify_by_matching, verify_by_rejection
 
 #: Prompt tokens fed per lane per tick: long prompts are chunked so decoding lanes keep moving.
 PREFILL_CHUNK = 512
+
+DraftDistributions = npt.NDArray[np.float64]
 
 #: Depth used when no policy is given (prompt-lookup's default, SPECULATION.md §4).
 DEFAULT_DEPTH = 4
@@ -108,6 +113,8 @@ class _Plan:
     feed: Feed
     draft: list[int]
     prefill: bool
+    #: The distributions a sampled draft was drawn from: verified by rejection sampling.
+    q: DraftDistributions | None = None
 
 
 class Executor:
@@ -228,11 +235,12 @@ class Executor:
                 and request.logprobs is None
                 and self._drafter is not None
             )
+            seq = self._runtime.new_sequence()
             lane = _Lane(
                 request=request,
-                seq=self._runtime.new_sequence(),
+                seq=seq,
                 history=list(request.prompt),
-                draft_state=self._drafter.open(request.prompt)
+                draft_state=self._drafter.open(request.prompt, seq=seq)
                 if speculates and self._drafter
                 else None,
             )
@@ -280,26 +288,32 @@ class Executor:
         if lane.pending is None:
             chunk = lane.request.prompt[lane.prefilled : lane.prefilled + PREFILL_CHUNK]
             return _Plan(lane, Feed(lane.seq, chunk, lane.prefilled), [], prefill=True)
-        draft = self._draft(lane, decoding)
+        draft, q = self._draft(lane, decoding)
         tokens = [lane.pending, *draft]
         return _Plan(
-            lane, Feed(lane.seq, tokens, lane.kv_len, all_rows=bool(draft)), draft, prefill=False
+            lane, Feed(lane.seq, tokens, lane.kv_len, all_rows=bool(draft)), draft, False, q
         )
 
-    def _draft(self, lane: _Lane, decoding: int) -> list[int]:
+    def _draft(self, lane: _Lane, decoding: int) -> tuple[list[int], DraftDistributions | None]:
         state = lane.draft_state
         if state is None or (decoding > 1 and not self._caps.verify_batches):
-            return []
+            return [], None
         policy = self._policy
         depth = policy.plan(decoding).depth if policy is not None else DEFAULT_DEPTH
         if depth <= 0 or (policy is not None and not policy.may_draft(lane.request.id)):
-            return []
+            return [], None
         # A round commits up to len(draft) + 1 tokens: keep within max_tokens, the context
         # (the pending token takes a cell too) and the rows the runtime verifies at once.
         budget = lane.request.max_tokens - lane.generated
         room = self._caps.context_size - lane.kv_len - 1
         k = min(lane.ramp.cap(depth), budget - 1, room, self._caps.max_verify_rows - 1)
-        return state.propose(k) if k > 0 else []
+        if k <= 0:
+            return [], None
+        params = lane.request.params
+        if not params.is_greedy and isinstance(state, SampledDraftState):
+            tokens, q = state.propose_sampled(k, params, lane.generated)
+            return tokens, (q if tokens else None)
+        return state.propose(k), None
 
     # -- commit ----------------------------------------------------------------------------
 
@@ -331,6 +345,17 @@ class Executor:
                 return 0, 0
             request.constraint.commit(token)
             result = RoundResult(0, (token,), token in stops or budget <= 1, 0)
+        elif plan.q is not None:
+            result = verify_by_rejection(
+                rows,
+                plan.q,
+                plan.draft,
+                request.params,
+                lane.history,
+                lane.generated,
+                stops,
+                budget,
+            )
         else:
             result = verify_by_matching(
                 rows, plan.draft, request.params, lane.history, lane.generated, stops, budget

@@ -77,7 +77,8 @@ class DraftModelDrafter:
             raise EngineRefusal(err.message) from None
         return cls(model, stops=target.capabilities.eos_tokens, context_size=size)
 
-    def open(self, prompt: Sequence[int]) -> DraftState:
+    def open(self, prompt: Sequence[int], *, seq: int) -> DraftState:
+        del seq  # the draft model keeps its own cache per lane
         return _DraftLane(self, prompt)
 
 
