@@ -285,6 +285,6 @@ def test_an_unloaded_model_refuses_calls_instead_of_crashing(demo_model: Path) -
     rt.close()
     with pytest.raises(RuntimeFault, match="unloaded"):
         rt.tokenize("hello", add_special=True)
-    with pytest.raises(RuntimeFault, match="not in use"):
+    with pytest.raises(RuntimeFault, match="unloaded"):
         rt.step([Feed(seq, [2], 0)])
     rt.close()

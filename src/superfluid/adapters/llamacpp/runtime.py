@@ -42,6 +42,7 @@ from superfluid.adapters.llamacpp.batch import PackedBatch
 from superfluid.adapters.llamacpp.chat_template import ChatTemplate, select_chat_template
 from superfluid.adapters.llamacpp.native import c_string, llama, model_meta
 from superfluid.adapters.llamacpp.vocab import Vocabulary
+from superfluid.adapters.sequences import SequenceTable
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
 from superfluid.domain.errors import SuperfluidError
 
@@ -101,8 +102,7 @@ class LlamaCppRuntime:
         self._batch = PackedBatch(lib, n_batch)
         # Tokens per llama_decode: a step longer than this runs as several decodes, in order.
         self.tokens_per_decode = min(BITEXACT_ROWS, n_batch) if bitexact else n_batch
-        self._free = list(range(max_sequences))
-        self._lengths: dict[int, int] = {}
+        self._sequences = SequenceTable(max_sequences, ctx_size)
         self.chat_template: ChatTemplate = select_chat_template(
             self.architecture,
             c_string(lib.llama_model_chat_template(model, None)),
@@ -237,28 +237,18 @@ class LlamaCppRuntime:
 
     def new_sequence(self) -> int:
         self._open()
-        if not self._free:
-            raise RuntimeFault(f"all {self._max_sequences} sequences of this model are in use")
-        seq = self._free.pop(0)
-        self._lengths[seq] = 0
-        return seq
+        return self._sequences.allocate()
 
     def free_sequence(self, seq: int) -> None:
-        # Freeing twice would wipe a lane that was handed the id in between: refuse instead.
-        if self._lengths.pop(seq, None) is None:
-            raise RuntimeFault(f"sequence {seq} is not in use")
+        self._sequences.release(seq)
         self._lib.llama_memory_seq_rm(self._mem, seq, -1, -1)
-        self._free.append(seq)
-        self._free.sort()
 
     def length(self, seq: int) -> int:
         """Positions `seq` holds (the `start` its next feed must carry)."""
-        return self._held(seq)
+        return self._sequences.held(seq)
 
     def cut(self, seq: int, length: int) -> None:
-        held = self._held(seq)
-        if not 0 <= length <= held:
-            raise RuntimeFault(f"cannot cut sequence {seq} to {length}: it holds {held} positions")
+        held = self._sequences.check_cut(seq, length)
         if length == held:
             return
         refusal = self._capabilities.cut_refusal
@@ -268,21 +258,18 @@ class LlamaCppRuntime:
         lib.llama_memory_seq_rm(self._mem, seq, length, -1)
         kept = int(lib.llama_memory_seq_pos_max(self._mem, seq)) + 1
         if kept != length:
-            self._lengths[seq] = kept
+            self._sequences.set(seq, kept)
             raise RuntimeFault(
                 f"cutting sequence {seq} to {length} positions left {kept}: llama.cpp did not cut this model's KV"
             )
-        self._lengths[seq] = length
+        self._sequences.set(seq, length)
 
     def step(self, feeds: Sequence[Feed]) -> list[Logits]:
         if not feeds:
             return []
+        self._open()
         batch, n_vocab = self._batch, self._n_vocab
-        total = 0
-        seen: set[int] = set()
-        for feed in feeds:
-            self._check(feed, seen)
-            total += len(feed.tokens)
+        total = self._sequences.check_feeds(feeds)
         batch.reserve(total)
         results: list[Logits] = []
         # (batch row, destination address): rows come out in batch order, chunk by chunk.
@@ -308,25 +295,8 @@ class LlamaCppRuntime:
             results.append(rows)
             offset = end
         self._decode(feeds, total, wanted)
-        for feed in feeds:
-            self._lengths[feed.seq] = feed.start + len(feed.tokens)
+        self._sequences.advance(feeds)
         return results
-
-    def _check(self, feed: Feed, seen: set[int]) -> None:
-        held = self._held(feed.seq)
-        if feed.seq in seen:
-            raise RuntimeFault(f"sequence {feed.seq} is fed twice in one step")
-        seen.add(feed.seq)
-        if not feed.tokens:
-            raise RuntimeFault(f"an empty feed for sequence {feed.seq}")
-        if feed.start != held:
-            raise RuntimeFault(
-                f"a feed for sequence {feed.seq} starts at {feed.start}, but it holds {held} positions"
-            )
-        if held + len(feed.tokens) > self._ctx_size:
-            raise RuntimeFault(
-                f"sequence {feed.seq} would pass the context size ({held} + {len(feed.tokens)} > {self._ctx_size})"
-            )
 
     def _decode(self, feeds: Sequence[Feed], total: int, wanted: list[tuple[int, int]]) -> None:
         lib, ctx, batch = self._lib, self._ctx, self._batch
@@ -354,24 +324,18 @@ class LlamaCppRuntime:
         # A failed or partly decoded step leaves each sequence as it was before the step.
         for feed in feeds:
             self._lib.llama_memory_seq_rm(self._mem, feed.seq, feed.start, -1)
-            self._lengths[feed.seq] = feed.start
+            self._sequences.set(feed.seq, feed.start)
 
     def _open(self) -> None:
         # After close() the C pointers are freed: a call through them would crash the process.
         if self._ctx is None:
             raise RuntimeFault(f"{self.path.name} has been unloaded")
 
-    def _held(self, seq: int) -> int:
-        held = self._lengths.get(seq)
-        if held is None:
-            raise RuntimeFault(f"sequence {seq} is not in use")
-        return held
-
     # Lifetime.
 
     def close(self) -> None:
         """Free the context and the model; the runtime is unusable afterwards."""
-        self._lengths.clear()  # every sequence call now fails as "not in use"
+        self._sequences.clear()
         if self._ctx is not None:
             self._lib.llama_free(self._ctx)
             self._ctx = None

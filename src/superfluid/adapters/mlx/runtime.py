@@ -42,6 +42,7 @@ from superfluid.adapters.mlx import ModelLoadError
 from superfluid.adapters.mlx.chat import ChatFormat
 from superfluid.adapters.mlx.kv import CutFailed, cut_exactly, cut_refusal, offsets
 from superfluid.adapters.mlx.pieces import Pieces
+from superfluid.adapters.sequences import BROKEN, SequenceTable
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
 
 MAX_VERIFY_ROWS = 16
@@ -69,9 +70,8 @@ class MlxRuntime:
         self._ctx_size = ctx_size
         self._max_sequences = max_sequences
         self._text_lock = threading.Lock()
-        self._free = list(range(max_sequences))
+        self._sequences = SequenceTable(max_sequences, ctx_size)
         self._caches: dict[int, list[Any]] = {}
-        self._lengths: dict[int, int] = {}
         vocab_size = int(config.get("vocab_size") or _text_config(config).get("vocab_size") or 0)
         self.pieces = Pieces(tokenizer, vocab_size=vocab_size)
         self._bos = tokenizer.bos_token_id
@@ -142,36 +142,27 @@ class MlxRuntime:
 
     def new_sequence(self) -> int:
         self._open()
-        if not self._free:
-            raise RuntimeFault(f"all {self._max_sequences} sequences of this model are in use")
-        seq = self._free.pop(0)
+        seq = self._sequences.allocate()
         self._caches[seq] = make_prompt_cache(self._model)
-        self._lengths[seq] = 0
         return seq
 
     def free_sequence(self, seq: int) -> None:
-        # Freeing twice would wipe a lane that was handed the id in between: refuse instead.
-        if self._lengths.pop(seq, None) is None:
-            raise RuntimeFault(f"sequence {seq} is not in use")
+        self._sequences.release(seq)
         self._caches.pop(seq, None)
-        self._free.append(seq)
-        self._free.sort()
 
     def length(self, seq: int) -> int:
         """Positions `seq` holds (the `start` its next feed must carry)."""
-        return self._held(seq)
+        return self._sequences.held(seq)
 
     def cut(self, seq: int, length: int) -> None:
-        held = self._held(seq)
-        if held < 0:
+        held = self._sequences.check_cut(seq, length)
+        if held == BROKEN:
             raise RuntimeFault(f"sequence {seq} failed a cut; free it and start again")
-        if not 0 <= length <= held:
-            raise RuntimeFault(f"cannot cut sequence {seq} to {length}: it holds {held} positions")
         if length == held:
             return
         if length == 0:  # a fresh cache is an exact cut to nothing, whatever the cache kind
             self._caches[seq] = make_prompt_cache(self._model)
-            self._lengths[seq] = 0
+            self._sequences.set(seq, 0)
             return
         refusal = self._capabilities.cut_refusal
         if refusal is not None:
@@ -180,25 +171,29 @@ class MlxRuntime:
             cut_exactly(self._caches[seq], held=held, length=length)
         except CutFailed as failure:
             # What the cache holds is now unknown: no feed may build on it.
-            self._lengths[seq] = -1
+            self._sequences.set(seq, BROKEN)
             raise RuntimeFault(
                 f"cutting sequence {seq} from {held} to {length} positions failed: {failure}"
             ) from failure
-        self._lengths[seq] = length
+        self._sequences.set(seq, length)
 
     def step(self, feeds: Sequence[Feed]) -> list[Logits]:
         if not feeds:
             return []
-        seen: set[int] = set()
+        self._open()
+        self._sequences.check_feeds(feeds)
         for feed in feeds:
-            self._check(feed, seen)
+            if any(not 0 <= int(t) < self.pieces.size for t in feed.tokens):
+                raise RuntimeFault(
+                    f"a feed for sequence {feed.seq} has a token outside the vocabulary"
+                )
         results: list[Logits] = []
         done: list[Feed] = []
         try:
             for feed in feeds:
                 done.append(feed)
                 results.append(self._run(feed))
-                self._lengths[feed.seq] = feed.start + len(feed.tokens)
+                self._sequences.advance([feed])
         except Exception as exc:
             self._roll_back(done)
             if isinstance(exc, RuntimeFault):
@@ -223,26 +218,6 @@ class MlxRuntime:
             mx.eval(rows, [entry.state for entry in cache])
         return np.array(rows, dtype=np.float32)
 
-    def _check(self, feed: Feed, seen: set[int]) -> None:
-        held = self._held(feed.seq)
-        if feed.seq in seen:
-            raise RuntimeFault(f"sequence {feed.seq} is fed twice in one step")
-        seen.add(feed.seq)
-        if not feed.tokens:
-            raise RuntimeFault(f"an empty feed for sequence {feed.seq}")
-        if held < 0:
-            raise RuntimeFault(f"sequence {feed.seq} failed a cut; free it and start again")
-        if feed.start != held:
-            raise RuntimeFault(
-                f"a feed for sequence {feed.seq} starts at {feed.start}, but it holds {held} positions"
-            )
-        if held + len(feed.tokens) > self._ctx_size:
-            raise RuntimeFault(
-                f"sequence {feed.seq} would pass the context size ({held} + {len(feed.tokens)} > {self._ctx_size})"
-            )
-        if any(not 0 <= int(t) < self.pieces.size for t in feed.tokens):
-            raise RuntimeFault(f"a feed for sequence {feed.seq} has a token outside the vocabulary")
-
     def _roll_back(self, feeds: Sequence[Feed]) -> None:
         # A failed step leaves each sequence as it was before it, where the cache can cut;
         # one that cannot is marked so that no feed builds on it (the executor frees it).
@@ -254,25 +229,19 @@ class MlxRuntime:
                 held = max(_layer_offsets(cache), default=feed.start)
                 if held != feed.start:
                     cut_exactly(cache, held=held, length=feed.start)
-                self._lengths[feed.seq] = feed.start
+                self._sequences.set(feed.seq, feed.start)
             except CutFailed:
-                self._lengths[feed.seq] = -1
+                self._sequences.set(feed.seq, BROKEN)
 
     def _open(self) -> None:
         if self._model is None:
             raise RuntimeFault(f"{self.path.name} has been unloaded")
 
-    def _held(self, seq: int) -> int:
-        held = self._lengths.get(seq)
-        if held is None:
-            raise RuntimeFault(f"sequence {seq} is not in use")
-        return held
-
     # Lifetime.
 
     def close(self) -> None:
         """Drop the caches and the model; the runtime is unusable afterwards."""
-        self._lengths.clear()  # every sequence call now fails as "not in use"
+        self._sequences.clear()
         self._caches.clear()
         self._model = None
 
