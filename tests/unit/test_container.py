@@ -115,3 +115,23 @@ def test_the_container_wires_a_service_and_an_app(tmp_path):
     service = container.service()
     assert service.hosts == container.hosts()
     assert container.app().title
+
+
+def test_a_block_drafter_drafts_its_block_width_and_an_mtp_head_follows_its_arch(tmp_path):
+    from superfluid.adapters.bundle_files import write_bundle
+    from superfluid.application.registration import Registration
+    from superfluid.entrypoints.discovery import Discovery
+    from superfluid.entrypoints.hosts import _policy
+
+    shape = {"hidden_size": 8, "vocab_size": 16, "num_hidden_layers": 2}
+    target = tmp_path / "t.base"
+    write_bundle(target, {"arch": "glm_dsa", "config": shape})
+    block = tmp_path / "d.base"
+    write_bundle(block, {"arch": "dflash", "config": {**shape, "block_size": 6}})
+    plan = ServePlan(models=(target,), speculate="auto", settings=SpecSettings(), monitor=False)
+    discovery = Discovery(target, tmp_path, {}, offline=True)
+    dflash = _policy(Registration("dflash", None, (), block), plan, 16, discovery)
+    assert dflash.default_depth == 6
+    mtp = _policy(Registration("mtp-head", None, ()), plan, 16, discovery)
+    assert mtp.default_depth == 1  # GLM-DSA's head drafts one token (§4)
+    assert _policy(Registration(None, None, ()), plan, 16, discovery) is None

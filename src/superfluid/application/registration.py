@@ -28,6 +28,8 @@ class Registration:
     strategy: str | None
     drafter: Drafter | None
     log: tuple[str, ...]
+    #: The drafter's own file, for strategies that name one (`dflash:<path>`, …).
+    drafter_path: Path | None = None
 
     @property
     def speculates(self) -> bool:
@@ -95,7 +97,7 @@ def register_explicit(
         drafter = engine.drafter(strategy, path)
     except EngineRefusal as error:
         raise DirectiveError(f"--speculate {directive.raw}: {error.message}") from error
-    return Registration(strategy, drafter, (say.registered(resolved, label),))
+    return Registration(strategy, drafter, (say.registered(resolved, label),), path)
 
 
 def register_auto(
@@ -117,5 +119,5 @@ def register_auto(
             log.append(say.auto_refused(pick, error.message, following))
             continue
         log.append(say.registered(pick, label))
-        return Registration(strategy, drafter, tuple(log))
+        return Registration(strategy, drafter, tuple(log), path)
     return Registration(None, None, tuple(log))

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from superfluid.adapters.bundle_files import read_header
 from superfluid.adapters.model_files import ModelFileError, runtime_for
 from superfluid.application.executor import Executor
 from superfluid.application.ports import Runtime
@@ -127,7 +128,9 @@ def _build_host(
     notice = max_temperature_notice(plan.settings, registration.speculates)
     if notice is not None:
         log.info(notice)
-    policy = _policy(registration, plan, caps.max_verify_rows)
+    policy = _policy(
+        registration, plan, caps.max_verify_rows, discovery if kind == "basert" else None
+    )
     executor = Executor(
         runtime,
         max_lanes=plan.max_lanes,
@@ -138,12 +141,20 @@ def _build_host(
     return ModelHost(name, runtime, registration, policy, executor, BUILT_IN_TEMPERATURE)
 
 
-def _policy(registration: Registration, plan: ServePlan, max_verify_rows: int) -> SpecPolicy | None:
-    if registration.strategy is None:
+def _policy(
+    registration: Registration,
+    plan: ServePlan,
+    max_verify_rows: int,
+    discovery: Discovery | None,
+) -> SpecPolicy | None:
+    strategy = registration.strategy
+    if strategy is None:
         return None
-    depth = depth_for(registration.strategy, plan.settings, plan.env)
+    # §4: a block drafter drafts its block width, an MTP head as its target's arch says.
+    block_size = arch = None
+    if discovery is not None:
+        arch = discovery.target_header.arch
+        if registration.drafter_path is not None:
+            block_size = read_header(registration.drafter_path).block_size
+    depth = depth_for(strategy, plan.settings, plan.env, block_size=block_size, arch=arch)
     return SpecPolicy(plan.settings, default_depth=depth, depth_cap=max_verify_rows - 1)
-
-
-def describe(hosts: Sequence[ModelHost]) -> str:
-    return ", ".join(f"{h.name} ({h.runtime.name})" for h in hosts)
