@@ -347,3 +347,26 @@ def test_a_model_drafter_on_a_greedy_lane_keeps_plain_greedy_output():
         for event in executor.tick():
             out[event.request_id].extend(event.tokens)
     assert [out[r.id] for r in reqs] == plain
+
+
+def test_a_fault_while_committing_one_lane_fails_only_that_lane():
+    runtime = FakeRuntime(FakeModel(eos=False))
+    executor = Executor(runtime, max_lanes=2, clock=itertools.count().__next__)
+
+    class Exploding(SamplingParams):
+        @property
+        def is_greedy(self):
+            raise ArithmeticError("boom")
+
+    bad = GenerationRequest([1, 2, 3], Exploding(temperature=0.0), 5)
+    good = GenerationRequest([4, 5, 6], GREEDY, 5)
+    executor.submit(bad)
+    executor.submit(good)
+    finishes, errors = {}, {}
+    while not executor.idle:
+        for event in executor.tick():
+            if event.finish:
+                finishes[event.request_id], errors[event.request_id] = event.finish, event.error
+    assert finishes == {bad.id: Finish.ERROR, good.id: Finish.LENGTH}
+    assert "boom" in errors[bad.id]
+    assert runtime.kv == {}

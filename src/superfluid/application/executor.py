@@ -181,7 +181,11 @@ class Executor:
         committed = accepted = 0
         accepted_at = [0] * max((len(plan.draft) for plan in plans), default=0)
         for plan, lane_rows in zip(plans, rows, strict=True):
-            tokens, kept = self._commit(plan, lane_rows, decoding, events)
+            try:
+                tokens, kept = self._commit(plan, lane_rows, decoding, events)
+            except Exception as error:  # one lane's fault (a sampler bug, a bad row) is its own
+                self._finish(plan.lane, Finish.ERROR, events, error=f"decoding failed: {error}")
+                continue
             committed += tokens
             accepted += kept
             for position in range(kept):
