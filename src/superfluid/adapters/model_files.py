@@ -25,6 +25,9 @@ def runtime_for(path: Path) -> str:
         )
     if not path.exists():
         raise ModelFileError(f"{path}: no such model file")
+    if not path.is_file():
+        # A FIFO or a device: opening it to read the magic could block forever.
+        raise ModelFileError(f"{path}: not a regular file, so not a model file")
     try:
         with path.open("rb") as handle:
             magic = handle.read(4)

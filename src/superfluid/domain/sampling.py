@@ -122,13 +122,22 @@ def apply_penalties(logits: Logits, params: SamplingParams, history: Sequence[in
         return logits
     # The copy keeps the row's float width (float16 widens): only the penalised ids change.
     penalised = np.array(logits, dtype=np.result_type(logits.dtype, np.float32))
-    values = penalised[ids]
-    if params.repeat_penalty != 1.0:
-        # llama.cpp's rule: shrink a positive logit, push a non-positive one further down.
-        values = np.where(
-            values > 0.0, values / params.repeat_penalty, values * params.repeat_penalty
-        )
-    values = values - (counts * params.frequency_penalty + params.presence_penalty)
+    original = penalised[ids]
+    values = original
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        if params.repeat_penalty != 1.0:
+            # llama.cpp's rule: shrink a positive logit, push a non-positive one further down.
+            values = np.where(
+                values > 0.0, values / params.repeat_penalty, values * params.repeat_penalty
+            )
+        values = values - (counts * params.frequency_penalty + params.presence_penalty)
+    # A penalty at the edge of the float range (5e-324 is 0 in float32, 1e300 is inf) must not
+    # turn a finite logit into inf or nan: such a row cannot be sampled. Clamp it instead.
+    overflowed = ~np.isfinite(values) & np.isfinite(original)
+    if overflowed.any():
+        limit = np.finfo(penalised.dtype).max
+        clamped = np.clip(np.nan_to_num(values, nan=0.0), -limit, limit)
+        values = np.where(overflowed, clamped, values)
     penalised[ids] = values
     return penalised
 

@@ -34,7 +34,12 @@ from superfluid.entrypoints.http.intake import (
     read_body,
 )
 from superfluid.entrypoints.http.replies import LogprobEntry, ReplyFrame, usage
-from superfluid.entrypoints.http.schemas import ChatCompletionBody, CompletionBody
+from superfluid.entrypoints.http.schemas import (
+    ChatCompletionBody,
+    CompletionBody,
+    ErrorBody,
+    openapi_request_body,
+)
 from superfluid.entrypoints.http.streaming import GenerationStream, sse_events
 
 
@@ -60,7 +65,11 @@ def create_app(
     guards = [Depends(_bearer_guard(api_key))] if api_key else []
     v1 = APIRouter(prefix="/v1", dependencies=guards)
 
-    @v1.post("/chat/completions")
+    @v1.post(
+        "/chat/completions",
+        responses={**_REPLY, **_refusals(400, 401, 404, 413)},
+        openapi_extra=openapi_request_body(ChatCompletionBody),
+    )
     async def chat_completions(request: Request) -> Response:
         body = await read_body(request, ChatCompletionBody, max_body_bytes)
         check_supported(body)
@@ -75,7 +84,11 @@ def create_app(
         prompt = await run_in_threadpool(prompt_tokens)
         return await _reply(request, body, host, prompt, chat=True)
 
-    @v1.post("/completions")
+    @v1.post(
+        "/completions",
+        responses={**_REPLY, **_refusals(400, 401, 404, 413)},
+        openapi_extra=openapi_request_body(CompletionBody),
+    )
     async def completions(request: Request) -> Response:
         body = await read_body(request, CompletionBody, max_body_bytes)
         check_supported(body)
@@ -84,11 +97,11 @@ def create_app(
         prompt = await run_in_threadpool(host.runtime.tokenize, text, add_special=True)
         return await _reply(request, body, host, prompt, chat=False)
 
-    @v1.get("/models")
+    @v1.get("/models", responses=_refusals(401))
     async def list_models() -> dict[str, Any]:
         return {"object": "list", "data": [_model_card(h, started) for h in service.hosts]}
 
-    @v1.get("/models/{model:path}")
+    @v1.get("/models/{model:path}", responses=_refusals(401, 404))
     async def get_model(model: str) -> dict[str, Any]:
         return _model_card(find_host(service, model), started)
 
@@ -98,7 +111,11 @@ def create_app(
     async def health() -> dict[str, Any]:
         return {"status": "ok", "models": [host.name for host in service.hosts]}
 
-    @app.get("/metrics")
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        responses={404: {"description": "metrics are off", "content": {"text/plain": {}}}},
+    )
     async def metrics_page() -> Response:
         if metrics is None:
             return PlainTextResponse("metrics are not enabled on this server\n", status_code=404)
@@ -138,6 +155,23 @@ def create_app(
                 generation.cancel()  # finished, failed or abandoned: the lane is not needed
 
     return app
+
+
+# What the OpenAPI schema says of each route's replies (the app itself never reads this; the
+# schema is for tests that fuzz the routes against it).
+_REPLY: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"application/json": {}, "text/event-stream": {}}},
+}
+_REFUSAL_WHY = {
+    400: "the request is malformed or asks for what this server cannot do",
+    401: "a wrong or missing API key",
+    404: "no such model",
+    413: "the body is larger than the server accepts",
+}
+
+
+def _refusals(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {s: {"model": ErrorBody, "description": _REFUSAL_WHY[s]} for s in statuses}
 
 
 async def _whole_reply(generation: Generation) -> tuple[str, list[LogprobEntry], Piece]:

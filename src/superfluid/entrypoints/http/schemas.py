@@ -9,7 +9,7 @@ that servers are expected to skip. Checks that need the model (prompt length, co
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -131,3 +131,42 @@ class CompletionBody(SamplingFields):
     @property
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+
+# -- for the OpenAPI schema only ------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(BaseModel):
+    """OpenAI's error body, as every refusal leaves (errors.py)."""
+
+    error: ErrorDetail
+
+
+def openapi_request_body(model: type[BaseModel]) -> dict[str, Any]:
+    """An OpenAPI `requestBody` for a route that reads `model` itself (intake.read_body).
+
+    The routes read their bodies by hand (to cap the size before parsing), so FastAPI cannot
+    document them; this does, with pydantic's schema and its `$defs` inlined.
+    """
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    content = {"application/json": {"schema": inline(schema)}}
+    return {"requestBody": {"required": True, "content": content}}
