@@ -247,7 +247,9 @@ def _kept_weights(scores: Logits, params: SamplingParams) -> tuple[TokenIds | No
     # Subtract the peak before dividing so a tiny temperature cannot overflow.
     weights = np.subtract(values, peak, dtype=np.float64)
     if params.temperature != 1.0:
-        weights /= params.temperature
+        # A tiny temperature sends every non-peak weight to -inf (then 0): intended, not a fault.
+        with np.errstate(over="ignore"):
+            weights /= params.temperature
     np.exp(weights, out=weights)
     if params.top_p < 1.0:
         kept = _nucleus(weights, params.top_p)
