@@ -81,7 +81,7 @@ def test_the_fixtures_are_written_in_seconds_and_the_same_bytes_every_time(
 ) -> None:
     started = time.perf_counter()
     again = make_fixtures(tmp_path)
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 10  # the head drafters are fitted in here too
     for role, path in bundles.items():
         assert again[role].read_bytes() == path.read_bytes(), role
     target, draft = read_header(bundles["target"]), read_header(bundles["draft"])
@@ -108,7 +108,8 @@ def test_a_dense_bundle_verifies_rows_and_batches_and_cuts_anywhere(
     caps = runtime.capabilities
     assert (caps.runtime, caps.verify_rows, caps.verify_batches) == ("basert", True, True)
     assert caps.cut_refusal is None and caps.truncate_partial
-    assert caps.strategies == ("prompt-lookup", "draft-model")
+    # Every strategy but mtp-head, which needs a head inside the bundle (test_basert_heads.py).
+    assert caps.strategies == ("prompt-lookup", "draft-model", "eagle3", "dflash", "dspark")
     assert (caps.max_verify_rows, caps.context_size, caps.max_sequences) == (16, 512, 4)
     ends = {runtime.tokenizer.token_id("<|im_end|>"), runtime.tokenizer.token_id("<|endoftext|>")}
     assert caps.eos_tokens == ends
@@ -382,9 +383,7 @@ def test_the_runtime_builds_drafters_and_refuses_what_it_cannot_run(
 ) -> None:
     assert isinstance(runtime.drafter("prompt-lookup", None), PromptLookupDrafter)
     assert runtime.drafter("draft-model", bundles["draft"]).strategy == "draft-model"
-    with pytest.raises(
-        EngineRefusal, match="runs prompt-lookup and draft-model drafters, not dflash"
-    ):
+    with pytest.raises(EngineRefusal, match="is a qwen3 bundle, not dflash"):
         runtime.drafter("dflash", bundles["draft"])
     with pytest.raises(EngineRefusal, match="no such file"):
         runtime.drafter("draft-model", bundles["draft"].with_name("absent.base"))

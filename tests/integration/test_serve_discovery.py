@@ -82,10 +82,13 @@ def test_auto_tries_each_fitting_drafter_the_engine_refuses_then_decodes_plainly
     drafter(drafters / "wide-dflash.base", target, "dflash", hidden_size=8)
     code, lines = startup(target, env, "--speculate", "auto")
     assert code is None, lines
-    refused = "the basert reference backend runs prompt-lookup and draft-model drafters, not"
+    # Headers without weights: they fit on paper, and the engine refuses each when it loads it.
+    def refused(path, count=""):
+        return f"{path}: config.target_layer_ids must list {count}target layer ids (the taps it reads), got []"
+
     assert speculation_lines(lines) == [
-        f"superfluid: speculation: auto picked dflash:{first}, but the engine refused it ({refused} dflash) — trying eagle3:{second}",
-        f"superfluid: speculation: auto picked eagle3:{second}, but the engine refused it ({refused} eagle3) — decoding plainly",
+        f"superfluid: speculation: auto picked dflash:{first}, but the engine refused it ({refused(first)}) — trying eagle3:{second}",
+        f"superfluid: speculation: auto picked eagle3:{second}, but the engine refused it ({refused(second, '3 ')}) — decoding plainly",
     ]
     report = json.loads(
         CliRunner().invoke(app, ["drafters", str(target), "--offline", "--json"], env=env).stdout
@@ -146,7 +149,7 @@ def test_explicit_strategies_register_or_stop_startup(tmp_path, fixtures):
     dflash = drafter(drafters / "d.base", target, "dflash")
     code, lines = startup(target, env, "--speculate", f"dflash:{dflash}")
     assert code == 2 and lines[-1] == (
-        f"superfluid: --speculate dflash:{dflash}: the basert reference backend runs prompt-lookup"
-        " and draft-model drafters, not dflash"
+        f"superfluid: --speculate dflash:{dflash}: {dflash}: config.target_layer_ids must list"
+        " target layer ids (the taps it reads), got []"
     )
     assert any(re.search(r"running .* on the reference backend \(numpy\)", line) for line in lines)

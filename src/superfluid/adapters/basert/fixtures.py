@@ -6,7 +6,11 @@
 - `Tiny-Qwen3-64-Draft.base`: its plain draft model — the target's embedding, first layer,
   final norm and head, nothing else — sharing the tokenizer;
 - `tokenizer.json`: a byte-level BPE tokenizer (about 512 tokens, ChatML turn markers) trained
-  with `tokenizers` on the small corpus below.
+  with `tokenizers` on the small corpus below;
+- the head drafters of `fixture_drafters.py`, fitted in closed form against the target:
+  `Tiny-Qwen3-64-MTP-F32.base` (the target with an MTP head), `Tiny-Qwen3-64-EAGLE3.base`,
+  `Tiny-Qwen3-64-DFlash.base`, `Tiny-Qwen3-64-DSpark.base`, and the deliberately poor
+  `Tiny-Qwen3-64-Poor-DFlash.base` (random weights).
 
 The weights are not trained, but not noise either: the embedding and head are a rank-64
 factorisation of the corpus's bigram log-probabilities, so the target babbles corpus-like
@@ -30,6 +34,7 @@ import numpy.typing as npt
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from superfluid.adapters.basert.bundle import f32_to_bf16
+from superfluid.adapters.basert.fixture_drafters import write_drafter_fixtures
 from superfluid.adapters.bundle_files import write_bundle
 
 TARGET_NAME = "Tiny-Qwen3-64-F32.base"
@@ -56,8 +61,9 @@ _DTYPES: dict[str, npt.DTypeLike] = {"f32": "<f4", "f16": "<f2"}
 
 
 def make_fixtures(directory: Path) -> dict[str, Path]:
-    """Write the fixture tokenizer, target and draft into `directory`; returns their paths by
-    role: `tokenizer`, `target`, `draft`."""
+    """Write the fixture tokenizer, target, draft model and head drafters into `directory`;
+    returns their paths by role: `tokenizer`, `target`, `draft`, `mtp_target`, `eagle3`,
+    `dflash`, `dspark`, `poor_dflash`."""
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer()
     tokenizer_json = tokenizer.to_str()
@@ -95,7 +101,17 @@ def make_fixtures(directory: Path) -> dict[str, Path]:
         tensors=keep,
         tokenizer_json=tokenizer_json,
     )
-    return {"tokenizer": tokenizer_path, "target": target, "draft": draft}
+    heads = write_drafter_fixtures(
+        directory,
+        target=target,
+        tensors=tensors,
+        config=config,
+        tokenizer=tokenizer,
+        corpus=CORPUS,
+        seed=SEED,
+        write=write_model_bundle,
+    )
+    return {"tokenizer": tokenizer_path, "target": target, "draft": draft, **heads}
 
 
 def train_tokenizer(vocab_size: int = 512, corpus: str | None = None) -> Tokenizer:

@@ -48,67 +48,24 @@ before the final norm; the numbering of HF's `hidden_states` and of EAGLE-3's la
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from superfluid.adapters.basert.bundle import Bundle, BundleError
+from superfluid.adapters.basert.layers import (
+    F32,
+    KVCache,
+    LayerWeights,
+    Pass,
+    decoder_layer,
+    linear,
+    read_layer,
+    rms_norm,
+    rope_tables,
+)
 from superfluid.adapters.basert.model_config import ModelConfig
-
-F32 = npt.NDArray[np.float32]
-
-#: KV caches grow by this many positions at a time (and never past their limit).
-KV_CHUNK = 256
-
-
-class KVCache:
-    """One sequence's keys and values for every layer; `length` positions are valid.
-
-    Cutting only lowers `length`: positions past it are never read, and the next feed writes
-    over them, so a cut is exact and costs nothing.
-    """
-
-    __slots__ = ("keys", "length", "limit", "values")
-
-    def __init__(self, config: ModelConfig, limit: int) -> None:
-        shape = (config.num_layers, config.num_kv_heads, 0, config.head_dim)
-        self.keys: F32 = np.zeros(shape, dtype=np.float32)
-        self.values: F32 = np.zeros(shape, dtype=np.float32)
-        self.length = 0
-        self.limit = limit
-
-    @property
-    def capacity(self) -> int:
-        return int(self.keys.shape[2])
-
-    def cut(self, length: int) -> None:
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot cut a KV cache of {self.length} positions to {length}")
-        self.length = length
-
-    def reserve(self, length: int) -> None:
-        if length > self.limit:
-            raise ValueError(f"{length} positions pass this KV cache's limit of {self.limit}")
-        if length <= self.capacity:
-            return
-        grown = min(self.limit, -(-length // KV_CHUNK) * KV_CHUNK)
-        for name in ("keys", "values"):
-            old: F32 = getattr(self, name)
-            new = np.zeros((*old.shape[:2], grown, old.shape[3]), dtype=np.float32)
-            new[:, :, : self.length] = old[:, :, : self.length]
-            setattr(self, name, new)
-
-
-@dataclass(frozen=True, slots=True)
-class Pass:
-    """One sequence's share of a forward: `tokens` appended at `cache.length`."""
-
-    cache: KVCache
-    tokens: Sequence[int]
-    all_rows: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,54 +77,6 @@ class ForwardOutput:
     hidden: list[dict[int, F32]]
 
 
-@dataclass(frozen=True, slots=True)
-class _Layer:
-    attn_norm: F32
-    qkv: F32  # [hidden, (heads + 2 * kv_heads) * head_dim]: q, k and v side by side, for x @ W
-    qkv_bias: F32 | None
-    # Qwen3's per-head RMSNorm of queries and keys: the heads it covers among the q heads
-    # followed by the k heads, and one weight row per covered head.
-    head_norm: tuple[slice, F32] | None
-    o: F32  # [heads * head_dim, hidden]
-    mlp_norm: F32
-    gate_up: F32  # [hidden, 2 * intermediate]
-    down: F32  # [intermediate, hidden]
-
-
-def linear(x: F32, weight: F32) -> F32:
-    """`x` [n, in] times `weight` [in, out], as one BLAS matrix-vector product per row.
-
-    A matrix-matrix product would round differently for different n; a stack of 1×in products
-    runs the same kernel on every row, whatever n is.
-    """
-    out: F32 = np.matmul(x[:, None, :], weight)[:, 0, :]
-    return out
-
-
-def sum_last(x: F32) -> F32:
-    """Sums over the last axis (kept, as length 1), one BLAS dot product per row.
-
-    numpy's own reductions may pick their loop order by array shape; a stack of dot products
-    runs the same call on every row.
-    """
-    out: F32 = np.matmul(x[..., None, :], _ones(x.shape[-1]))[..., 0]
-    return out
-
-
-@functools.cache
-def _ones(n: int) -> F32:
-    ones = np.ones((n, 1), dtype=np.float32)
-    ones.flags.writeable = False
-    return ones
-
-
-def rms_norm(x: F32, weight: F32, eps: float) -> F32:
-    """RMSNorm over the last axis."""
-    mean = sum_last(x * x) / np.float32(x.shape[-1])
-    out: F32 = x * (np.float32(1.0) / np.sqrt(mean + np.float32(eps))) * weight
-    return out
-
-
 class DenseModel:
     """Weights in float32 and the forward pass; sequences live in KVCache objects."""
 
@@ -175,7 +84,7 @@ class DenseModel:
         self,
         config: ModelConfig,
         embed: F32,
-        layers: list[_Layer],
+        layers: list[LayerWeights],
         norm: F32,
         head: F32,
         max_positions: int,
@@ -186,16 +95,7 @@ class DenseModel:
         self._layers = layers
         self._norm = norm
         self._head = head  # [hidden, vocab], for x @ W
-        half = config.head_dim // 2
-        inv_freq = 1.0 / (
-            config.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / config.head_dim)
-        )
-        angles = np.outer(np.arange(max_positions, dtype=np.float64), inv_freq)
-        cos, sin = np.cos(angles), np.sin(angles)
-        # Rotate-half as one multiply-add: x * [cos, cos] + swap_halves(x) * [-sin, sin].
-        self._cos = np.concatenate([cos, cos], axis=1).astype(np.float32)
-        self._sin = np.concatenate([-sin, sin], axis=1).astype(np.float32)
-        self._scale = np.float32(1.0 / np.sqrt(config.head_dim))
+        self._cos, self._sin = rope_tables(config.head_dim, config.rope_theta, max_positions)
 
     @classmethod
     def from_bundle(
@@ -203,43 +103,30 @@ class DenseModel:
     ) -> DenseModel:
         """Read and check every tensor the config calls for (BundleError names the first bad one)."""
         cfg = config or ModelConfig.from_header(bundle.header, bundle.shown)
-        d, hd, inter = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
-        q_out, kv_out = cfg.num_heads * hd, cfg.num_kv_heads * hd
+        d = cfg.hidden_size
         embed = bundle.tensor("embed_tokens.weight", (cfg.vocab_size, d))
-        layers = []
-        for i in range(cfg.num_layers):
-            p = f"layers.{i}."
-            q = bundle.tensor(p + "q_proj.weight", (q_out, d))
-            k = bundle.tensor(p + "k_proj.weight", (kv_out, d))
-            v = bundle.tensor(p + "v_proj.weight", (kv_out, d))
-            biases = [p + f"{n}_proj.bias" for n in "qkv"]
-            bias = None
-            if any(name in bundle for name in biases):
-                sizes = (q_out, kv_out, kv_out)
-                bias = np.concatenate(
-                    [
-                        bundle.tensor(name, (n,)) if name in bundle else np.zeros(n, np.float32)
-                        for name, n in zip(biases, sizes, strict=True)
-                    ]
-                )
-            gate = bundle.tensor(p + "gate_proj.weight", (inter, d))
-            up = bundle.tensor(p + "up_proj.weight", (inter, d))
-            layers.append(
-                _Layer(
-                    attn_norm=bundle.tensor(p + "attn_norm.weight", (d,)),
-                    qkv=np.ascontiguousarray(np.concatenate([q, k, v]).T),
-                    qkv_bias=bias,
-                    head_norm=_head_norm(bundle, p, cfg),
-                    o=np.ascontiguousarray(bundle.tensor(p + "o_proj.weight", (d, q_out)).T),
-                    mlp_norm=bundle.tensor(p + "mlp_norm.weight", (d,)),
-                    gate_up=np.ascontiguousarray(np.concatenate([gate, up]).T),
-                    down=np.ascontiguousarray(bundle.tensor(p + "down_proj.weight", (d, inter)).T),
-                )
-            )
+        layers = [read_layer(bundle, f"layers.{i}.", cfg) for i in range(cfg.num_layers)]
         norm = bundle.tensor("norm.weight", (d,))
         tied = cfg.tie_word_embeddings or "lm_head.weight" not in bundle
         head = embed if tied else bundle.tensor("lm_head.weight", (cfg.vocab_size, d))
         return cls(cfg, embed, layers, norm, np.ascontiguousarray(head.T), max_positions)
+
+    # Read by drafters that share the target's embedding, final norm or output head.
+
+    @property
+    def embedding(self) -> F32:
+        """[vocab, hidden]: row t is token t's input embedding."""
+        return self._embed
+
+    @property
+    def final_norm(self) -> F32:
+        """[hidden]: the weight of the RMSNorm before the output head."""
+        return self._norm
+
+    @property
+    def output_head(self) -> F32:
+        """[hidden, vocab], for `linear(x, head)` (the embedding, transposed, when tied)."""
+        return self._head
 
     def new_cache(self, limit: int | None = None) -> KVCache:
         """An empty sequence of at most `limit` positions (default: the model's maximum)."""
@@ -264,7 +151,7 @@ class DenseModel:
         for index, layer in enumerate(self._layers):
             if index in wanted:
                 tapped[index] = x.copy()
-            x = self._layer(index, layer, x, cos, sin, passes, starts, counts)
+            x = decoder_layer(layer, cfg, index, x, cos, sin, passes, starts, counts)
         if cfg.num_layers in wanted:
             tapped[cfg.num_layers] = x.copy()
         # Only the rows someone asked for pay for the final norm and the head.
@@ -306,80 +193,14 @@ class DenseModel:
             if not 0 <= tap <= self.config.num_layers:
                 raise ValueError(f"tap {tap} is not in 0..{self.config.num_layers}")
 
-    def _layer(
-        self,
-        index: int,
-        layer: _Layer,
-        x: F32,
-        cos: F32,
-        sin: F32,
-        passes: Sequence[Pass],
-        starts: list[int],
-        counts: list[int],
-    ) -> F32:
-        cfg = self.config
-        n_tokens, hd = x.shape[0], cfg.head_dim
-        heads, kv_heads = cfg.num_heads, cfg.num_kv_heads
-        qkv = linear(rms_norm(x, layer.attn_norm, cfg.rms_norm_eps), layer.qkv)
-        if layer.qkv_bias is not None:
-            qkv = qkv + layer.qkv_bias
-        # Queries and keys get the same per-head norm and rotation: do them as one array.
-        qk = qkv[:, : (heads + kv_heads) * hd].reshape(n_tokens, heads + kv_heads, hd)
-        if layer.head_norm is not None:
-            covered, weight = layer.head_norm
-            qk = qk.copy()
-            qk[:, covered] = rms_norm(qk[:, covered], weight, cfg.rms_norm_eps)
-        qk = _rope(qk, cos, sin)
-        group = heads // kv_heads
-        queries = (qk[:, :heads] * self._scale).reshape(n_tokens, kv_heads, group, hd)
-        keys = qk[:, heads:].transpose(1, 0, 2)  # [kv_heads, tokens, head_dim]
-        values = qkv[:, (heads + kv_heads) * hd :].reshape(n_tokens, kv_heads, hd)
-        mixed = np.empty((n_tokens, kv_heads, group, hd), dtype=np.float32)
-        row = 0
-        for p, start, n in zip(passes, starts, counts, strict=True):
-            cache_k, cache_v = p.cache.keys[index], p.cache.values[index]
-            cache_k[:, start : start + n] = keys[:, row : row + n]
-            cache_v[:, start : start + n] = values[row : row + n].transpose(1, 0, 2)
-            for j in range(n):
-                # Each token attends to its own sequence's positions 0..start+j only.
-                seen = start + j + 1
-                scores = np.matmul(queries[row + j], cache_k[:, :seen].transpose(0, 2, 1))
-                scores -= scores.max(axis=-1, keepdims=True)
-                np.exp(scores, out=scores)
-                mixed[row + j] = np.matmul(scores, cache_v[:, :seen]) / scores.sum(
-                    axis=-1, keepdims=True
-                )
-            row += n
-        x = x + linear(mixed.reshape(n_tokens, heads * hd), layer.o)
-        gate_up = linear(rms_norm(x, layer.mlp_norm, cfg.rms_norm_eps), layer.gate_up)
-        gate, up = gate_up[:, : cfg.intermediate_size], gate_up[:, cfg.intermediate_size :]
-        with np.errstate(over="ignore"):  # exp(-gate) overflows to inf for very negative gates
-            activated = (gate / (np.float32(1.0) + np.exp(-gate)) * up).astype(np.float32)
-        out: F32 = x + linear(activated, layer.down)
-        return out
 
-
-def _rope(x: F32, cos: F32, sin: F32) -> F32:
-    """Rotate [tokens, heads, head_dim] by each token's angles (HF rotate-half layout)."""
-    half = x.shape[-1] // 2
-    swapped = np.concatenate([x[..., half:], x[..., :half]], axis=-1, dtype=np.float32)
-    out: F32 = x * cos[:, None, :] + swapped * sin[:, None, :]
-    return out
-
-
-def _head_norm(bundle: Bundle, prefix: str, cfg: ModelConfig) -> tuple[slice, F32] | None:
-    heads, kv_heads, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    q_name, k_name = prefix + "q_norm.weight", prefix + "k_norm.weight"
-    rows = []
-    if q_name in bundle:
-        rows += [bundle.tensor(q_name, (hd,))] * heads
-    if k_name in bundle:
-        rows += [bundle.tensor(k_name, (hd,))] * kv_heads
-    if not rows:
-        return None
-    first = 0 if q_name in bundle else heads
-    last = heads + kv_heads if k_name in bundle else heads
-    return slice(first, last), np.stack(rows)
-
-
-__all__ = ["BundleError", "DenseModel", "ForwardOutput", "KVCache", "ModelConfig", "Pass"]
+__all__ = [
+    "BundleError",
+    "DenseModel",
+    "ForwardOutput",
+    "KVCache",
+    "ModelConfig",
+    "Pass",
+    "linear",
+    "rms_norm",
+]

@@ -112,7 +112,7 @@ class ModelConfig:
                 f"{shown}: config.use_sliding_window is on; the reference backend attends to the "
                 "whole context and would compute another model"
             )
-        read = _Reader(shown, config)
+        read = ConfigReader(shown, config)
         hidden = read.count("hidden_size")
         heads = read.count("num_attention_heads")
         kv_heads = read.count("num_key_value_heads", heads)
@@ -139,7 +139,9 @@ class ModelConfig:
         )
 
 
-class _Reader:
+class ConfigReader:
+    """Reads a header's `config` keys; a missing or wrong value is one BundleError naming it."""
+
     def __init__(self, shown: str, config: Mapping[str, Any]) -> None:
         self._shown, self._config = shown, config
 

@@ -11,6 +11,11 @@ out lowest id first. A step runs every feed in one forward pass; a feed that bre
 (wrong start, twice in a step, past the context) fails the whole step before anything is
 computed, so no cache is left half-written.
 
+Hidden states for drafters: a head drafter (MTP, EAGLE-3, DFlash, DSpark) says at registration
+which tap layers it reads (`require_taps`); from then on every step also keeps, per sequence and
+row for row with its KV, the residual stream at those taps (`hidden`). The store lives and is cut
+with the KV, so a drafter never reads a hidden state of a token that was cut off.
+
 Not thread-safe: one executor thread owns a runtime.
 """
 
@@ -20,8 +25,13 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
+from superfluid.adapters.basert.block_drafters import load_block_drafter
 from superfluid.adapters.basert.bundle import Bundle, BundleError
 from superfluid.adapters.basert.draft_model import DraftModelDrafter
+from superfluid.adapters.basert.heads import load_eagle3, load_mtp_head
+from superfluid.adapters.basert.hidden_store import F32, HiddenStore
 from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
@@ -31,7 +41,9 @@ from superfluid.application.registration import EngineRefusal
 from superfluid.domain.bundle_header import BundleHeader
 
 MAX_VERIFY_ROWS = 16
-STRATEGIES = ("prompt-lookup", "draft-model")
+#: What the reference backend registers on a dense bundle; `mtp-head` only when it carries one.
+STRATEGIES = ("prompt-lookup", "draft-model", "eagle3", "dflash", "dspark")
+MTP_HEAD = "mtp-head"
 
 log = logging.getLogger("superfluid")
 
@@ -57,13 +69,16 @@ class BaseRTRuntime:
         self._max_sequences = max_sequences
         self._free = list(range(max_sequences))
         self._caches: dict[int, KVCache] = {}
+        self._taps: tuple[int, ...] = ()
+        self._stores: dict[int, HiddenStore] = {}
         refusal = cut_refusal(header)
+        strategies = (*STRATEGIES, MTP_HEAD) if header.has_mtp_head else STRATEGIES
         self._capabilities = Capabilities(
             runtime="basert",
             verify_rows=True,
             verify_batches=True,
             cut_refusal=refusal,
-            strategies=STRATEGIES if refusal is None else (),
+            strategies=strategies if refusal is None else (),
             max_verify_rows=MAX_VERIFY_ROWS,
             context_size=ctx_size,
             eos_tokens=tokenizer.eos_tokens,
@@ -139,12 +154,16 @@ class BaseRTRuntime:
             raise RuntimeFault(f"all {self._max_sequences} sequences of this model are in use")
         seq = self._free.pop(0)
         self._caches[seq] = self.model.new_cache(self._ctx_size)
+        if self._taps:
+            hidden = self.model.config.hidden_size
+            self._stores[seq] = HiddenStore(len(self._taps), hidden, self._ctx_size)
         return seq
 
     def free_sequence(self, seq: int) -> None:
         # Freeing twice would wipe a lane that was handed the id in between: refuse instead.
         if self._caches.pop(seq, None) is None:
             raise RuntimeFault(f"sequence {seq} is not in use")
+        self._stores.pop(seq, None)
         self._free.append(seq)
         self._free.sort()
 
@@ -173,6 +192,43 @@ class BaseRTRuntime:
 
     # Beyond the port: hidden-state taps for drafters that read the target's hidden states.
 
+    @property
+    def taps(self) -> tuple[int, ...]:
+        """The tap layers every step keeps per sequence (ascending)."""
+        return self._taps
+
+    def require_taps(self, layer_ids: Sequence[int]) -> None:
+        """Keep the hidden states at `layer_ids` (0..num_layers) for every fed token from now on.
+
+        Called when a drafter registers, before any sequence is open: a sequence opened earlier
+        would lack the rows of the tokens it already holds.
+        """
+        layers = self.model.config.num_layers
+        bad = next((i for i in layer_ids if not 0 <= i <= layers), None)
+        if bad is not None:
+            raise ValueError(f"tap {bad} is not in 0..{layers}")
+        wanted = tuple(sorted(set(self._taps) | set(layer_ids)))
+        if wanted == self._taps:
+            return
+        if self._caches:
+            raise RuntimeFault("hidden-state taps must be required before any sequence opens")
+        self._taps = wanted
+
+    def hidden(self, seq: int, taps: Sequence[int] | None = None, *, start: int = 0) -> F32:
+        """The target's hidden states for `seq` at positions start..length-1 and the given taps
+        (default: all kept, in `taps` order): [length - start, len(taps), hidden], a copy."""
+        length = self._cache(seq).length
+        wanted = self._taps if taps is None else tuple(taps)
+        missing = next((t for t in wanted if t not in self._taps), None)
+        if missing is not None:
+            raise RuntimeFault(f"hidden-state tap {missing} is not kept (require_taps it first)")
+        if not 0 <= start <= length:
+            raise RuntimeFault(f"sequence {seq} holds {length} positions, not {start}")
+        store = self._stores.get(seq)
+        if store is None:  # no taps are kept at all, so none were asked for
+            return np.zeros((length - start, 0, self.model.config.hidden_size), dtype=np.float32)
+        return store.read(start, length, [self._taps.index(t) for t in wanted])
+
     def forward(
         self, feeds: Sequence[Feed], *, taps: Sequence[int] = ()
     ) -> tuple[list[Logits], list[dict[int, Logits]]]:
@@ -183,10 +239,15 @@ class BaseRTRuntime:
         seen: set[int] = set()
         passes = [self._pass(feed, seen) for feed in feeds]
         try:
-            out = self.model.forward(passes, taps=taps)
+            out = self.model.forward(passes, taps=sorted(set(taps) | set(self._taps)))
         except ValueError as err:  # checked above; a bug if it happens, still only a step fault
             raise RuntimeFault(str(err)) from None
-        return out.logits, out.hidden
+        if self._taps:
+            for feed, rows in zip(feeds, out.hidden, strict=True):
+                stacked = np.stack([rows[t] for t in self._taps], axis=1)
+                self._stores[feed.seq].write(feed.start, stacked)
+        asked = set(taps)
+        return out.logits, [{t: r for t, r in rows.items() if t in asked} for rows in out.hidden]
 
     def drafter(self, strategy: str, path: Path | None) -> Drafter:
         """A drafter for this model (the registration's DrafterEngine); EngineRefusal says why not."""
@@ -196,13 +257,17 @@ class BaseRTRuntime:
             )
         if strategy == "prompt-lookup":
             return PromptLookupDrafter()
+        if strategy == MTP_HEAD:
+            return load_mtp_head(self)
+        if path is None:
+            raise EngineRefusal(f"a {strategy} drafter is named by its bundle: {strategy}:<path>")
         if strategy == "draft-model":
-            if path is None:
-                raise EngineRefusal("a draft model is named by its bundle: draft-model:<path>")
             return DraftModelDrafter.load(path, target=self)
-        raise EngineRefusal(
-            f"the basert reference backend runs {' and '.join(STRATEGIES)} drafters, not {strategy}"
-        )
+        if strategy == "eagle3":
+            return load_eagle3(path, target=self)
+        if strategy in ("dflash", "dspark"):
+            return load_block_drafter(strategy, path, target=self)
+        raise EngineRefusal(f"the basert reference backend runs no {strategy} drafters")
 
     def _cache(self, seq: int) -> KVCache:
         cache = self._caches.get(seq)
