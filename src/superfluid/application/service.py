@@ -51,6 +51,7 @@ class ModelHost:
     _wake: threading.Event = field(default_factory=threading.Event)
     _sinks: dict[int, tuple[Sink, int]] = field(default_factory=dict)
     _pieces: TokenPieces | None = None
+    _abandonment_logged: bool = False
 
     def token_pieces(self) -> TokenPieces:
         """Each token's bytes for grammar lanes, cached for the model's lifetime."""
@@ -126,6 +127,7 @@ class GenerationService:
                 continue
             for event in events:
                 self._deliver(host, event)
+            _log_abandonment(host)
             report = executor.last_tick
             if self._observer is not None and report is not None:
                 self._observer.tick(host.name, report, executor.active_lanes)
@@ -162,3 +164,18 @@ class GenerationService:
             self._deliver(host, Committed(request_id, (), SpecStats(), Finish.ERROR, why))
         # No lane survives an executor failure: free every sequence and start over.
         host.executor.abort_all()
+
+
+def _log_abandonment(host: ModelHost) -> None:
+    """Say once, when it happens, that the yield floor gave the strategy up (SPECULATION.md §7:
+    visible on /metrics and in the log)."""
+    policy = host.policy
+    if policy is None or host._abandonment_logged or not policy.abandoned:
+        return
+    host._abandonment_logged = True
+    log.info(
+        "speculation: %s abandoned: two requests in a row drafted below --spec-min-yield %g "
+        "accepted tokens per round",
+        host.registration.strategy,
+        policy.settings.min_yield,
+    )
