@@ -23,13 +23,12 @@ import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import numpy as np
 import numpy.typing as npt
 
 from superfluid.adapters.bundle_files import read_header
+from superfluid.adapters.closing import ClosedOnExit
 from superfluid.domain.bundle_header import (
     PREFIX_SIZE,
     BundleHeader,
@@ -80,7 +79,7 @@ def f32_to_bf16(values: npt.NDArray[np.float32]) -> npt.NDArray[np.uint16]:
     return rounded.astype(np.uint16)
 
 
-class Bundle:
+class Bundle(ClosedOnExit):
     """An open `.base` bundle. Use as a context manager, or call `close()`."""
 
     def __init__(
@@ -114,17 +113,6 @@ class Bundle:
         except HeaderError as err:  # the file changed under us between the two reads
             raise BundleError(f"{shown}: {err.message}") from None
         return cls(path, header, blob, offset)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         if self._blob is not None:

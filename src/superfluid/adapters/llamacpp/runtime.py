@@ -33,11 +33,12 @@ import ctypes
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType, TracebackType
-from typing import Any, Self
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
+from superfluid.adapters.closing import ClosedOnExit
 from superfluid.adapters.llamacpp.batch import PackedBatch
 from superfluid.adapters.llamacpp.chat_template import ChatTemplate, select_chat_template
 from superfluid.adapters.llamacpp.native import c_string, llama, model_meta
@@ -71,7 +72,7 @@ def _default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class LlamaCppRuntime:
+class LlamaCppRuntime(ClosedOnExit):
     """A loaded GGUF model behind the `Runtime` port (see application/ports.py)."""
 
     def __init__(
@@ -342,14 +343,3 @@ class LlamaCppRuntime:
         if self._model is not None:
             self._lib.llama_model_free(self._model)
             self._model = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

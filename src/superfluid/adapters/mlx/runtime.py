@@ -30,14 +30,14 @@ import json
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, cast
 
 import mlx.core as mx
 import mlx_lm
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from superfluid.adapters.closing import ClosedOnExit
 from superfluid.adapters.mlx import ModelLoadError
 from superfluid.adapters.mlx.chat import ChatFormat
 from superfluid.adapters.mlx.kv import CutFailed, cut_exactly, cut_refusal, offsets
@@ -50,7 +50,7 @@ MAX_VERIFY_ROWS = 16
 PREFILL_STEP = 512
 
 
-class MlxRuntime:
+class MlxRuntime(ClosedOnExit):
     """A loaded MLX model behind the `Runtime` port (see application/ports.py)."""
 
     def __init__(
@@ -244,17 +244,6 @@ class MlxRuntime:
         self._sequences.clear()
         self._caches.clear()
         self._model = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _chunks(tokens: list[int], size: int) -> list[list[int]]:
