@@ -8,11 +8,6 @@ without the mlx extra skips this module; in CI it fails.
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import openai
 import pytest
@@ -21,8 +16,8 @@ if not os.environ.get("CI"):
     pytest.importorskip("mlx_lm", reason="needs the mlx extra (pip install -e '.[mlx]')")
 
 from tests.integration.mlx_models import write_tiny_llama
+from tests.integration.serving import started
 
-SUPERFLUID = Path(sys.executable).parent / "superfluid"
 MODEL = "tiny-llama-mlx"
 REPEATS = "the quick brown fox jumps over the lazy dog. " * 4
 
@@ -37,43 +32,9 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         "HF_HUB_OFFLINE": "1",  # any attempt to reach the hub fails loudly
         "TRANSFORMERS_OFFLINE": "1",
     }
-    process = subprocess.Popen(
-        [
-            str(SUPERFLUID),
-            "serve",
-            str(model),
-            "--speculate",
-            "auto",
-            "--port",
-            "0",
-            "--ctx-size",
-            "512",
-            "--max-lanes",
-            "2",
-            "--offline",
-            "--no-monitor",
-        ],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    deadline = time.monotonic() + 120
-    port = None
-    while port is None and time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        lines.append(line.rstrip("\n"))
-        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if match:
-            port = int(match.group(1))
-    if port is None:
-        process.kill()
-        pytest.fail("the server did not start:\n" + "\n".join(lines))
-    yield port, lines
-    process.terminate()
-    process.wait(timeout=30)
+    args = [str(model), "--speculate", "auto", "--ctx-size", "512", "--max-lanes", "2", "--offline"]
+    with started(args, env, timeout=120) as running:
+        yield running.port, running.lines
 
 
 def client(port: int) -> openai.OpenAI:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import model_cache
+from tests.integration.serving import started
 
 pytestmark = pytest.mark.slow
 
@@ -27,29 +25,8 @@ REPEAT = "Repeat this line exactly three times: the quick brown fox jumps over t
 def server(demo_gguf):
     env = {**os.environ, "SUPERFLUID_HOME": str(model_cache())}
     # No MODEL argument: the README's command serves the demo model.
-    process = subprocess.Popen(
-        [str(SUPERFLUID), "serve", "--speculate", "auto", "--port", "0", "--no-monitor"],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines = []
-    deadline = time.monotonic() + 180
-    port = None
-    while port is None and time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        lines.append(line.rstrip("\n"))
-        match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if match:
-            port = int(match.group(1))
-    if port is None:
-        process.kill()
-        pytest.fail("the server did not start:\n" + "\n".join(lines))
-    yield port, lines
-    process.terminate()
-    process.wait(timeout=30)
+    with started(["--speculate", "auto"], env) as running:
+        yield running.port, running.lines
 
 
 def client(port):

@@ -5,9 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from typer.testing import CliRunner
 from superfluid.adapters.basert.fixtures import make_fixtures
 from superfluid.adapters.bundle_files import read_header, write_bundle
 from superfluid.entrypoints.cli import app
+from tests.integration.serving import startup as serving_startup
 
 SUPERFLUID = Path(sys.executable).parent / "superfluid"
 
@@ -49,24 +48,8 @@ def drafter(path: Path, target: Path, arch: str, **config) -> Path:
 
 
 def startup(target: Path, env: dict, *args: str) -> tuple[int | None, list[str]]:
-    """Start `serve`, read stderr until it listens or exits; returns (exit code or None, lines)."""
-    process = subprocess.Popen(
-        [str(SUPERFLUID), "serve", str(target), "--port", "0", "--no-monitor", "--offline", *args],
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines, deadline = [], time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        lines.append(line.rstrip("\n"))
-        if "listening on http://" in line:
-            process.terminate()
-            process.wait(20)
-            return None, lines
-    return process.wait(20), lines
+    """Start `serve` on `target`: (exit status, or None once it listened; its stderr lines)."""
+    return serving_startup([str(target), "--offline", *args], env)
 
 
 def speculation_lines(lines):
@@ -82,6 +65,7 @@ def test_auto_tries_each_fitting_drafter_the_engine_refuses_then_decodes_plainly
     drafter(drafters / "wide-dflash.base", target, "dflash", hidden_size=8)
     code, lines = startup(target, env, "--speculate", "auto")
     assert code is None, lines
+
     # Headers without weights: they fit on paper, and the engine refuses each when it loads it.
     def refused(path, count=""):
         return f"{path}: config.target_layer_ids must list {count}target layer ids (the taps it reads), got []"
