@@ -444,6 +444,9 @@ def test_a_runtime_failure_before_the_first_byte_is_a_500(
     with pytest.raises(openai.InternalServerError) as caught:
         chat(client, model="slow-model", max_tokens=8, stream=True)
     assert caught.value.type == "server_error" and "injected fault" in caught.value.message
+    # Only that request failed: the model keeps serving.
+    again = chat(client, model="slow-model", max_tokens=4)
+    assert again.choices[0].finish_reason == "length"
 
 
 def test_a_runtime_failure_mid_stream_is_an_sse_error_event(
