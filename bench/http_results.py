@@ -1,0 +1,141 @@
+"""The results of an HTTP benchmark run: cells, raw-loop rows, and their JSON form.
+
+A `Cell` is one system on one workload at one temperature and client count: its measured
+rounds, and for superfluid what `/metrics` counted and how the gates stood afterwards. The
+report (http_report.py) reads only these values, so a run can be saved as JSON and reported
+again later (`--from-raw`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.http_load import GateState, Reply, Round, SpecCounts
+
+AUTO = "superfluid auto"
+PLAIN = "superfluid off"
+LLAMACPP = "llama-cpp-python"
+RAW = "raw loop"
+SYSTEMS = (AUTO, PLAIN, LLAMACPP, RAW)
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    system: str
+    workload: str
+    temperature: float
+    clients: int
+    rounds: tuple[Round, ...]
+    spec: SpecCounts | None = None  # superfluid only
+    gates: tuple[GateState, ...] = ()
+    abandoned: bool | None = None
+
+    @property
+    def key(self) -> tuple[str, float, int]:
+        return (self.workload, self.temperature, self.clients)
+
+    @property
+    def aggregate(self) -> float:
+        """Median over runs of all clients' tokens over the round's wall time."""
+        return statistics.median(r.aggregate for r in self.rounds) if self.rounds else 0.0
+
+    @property
+    def per_client(self) -> float:
+        """Median over runs of the mean client's tokens over its own request's latency."""
+        return statistics.median(r.per_client for r in self.rounds) if self.rounds else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        """Accepted over proposed draft tokens, summed over the replies' `superfluid.spec`."""
+        proposed = sum(reply.proposed for r in self.rounds for reply in r.replies)
+        accepted = sum(reply.accepted for r in self.rounds for reply in r.replies)
+        return accepted / proposed if proposed else None
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    nproc: int
+    cpu: str
+    date: str
+    load_before: str  # /proc/loadavg when measuring began
+    load_after: str
+    python: str
+    llama_cpp_python: str
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    model: str
+    max_tokens: int
+    runs: int
+    warmup_rounds: int
+    clients: tuple[int, ...]
+    llamacpp_clients: tuple[int, ...]
+    temperatures: tuple[float, ...]
+    workloads: tuple[str, ...]
+    max_lanes: int
+    ctx_size: int
+    threads: int
+    quick: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Results:
+    machine: Machine
+    settings: Settings
+    command: str  # the harness invocation
+    servers: dict[str, str]  # system -> the command line that started it
+    cells: tuple[Cell, ...]
+    minutes: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+    def cell(self, system: str, workload: str, temperature: float, clients: int) -> Cell | None:
+        for cell in self.cells:
+            if cell.system == system and cell.key == (workload, temperature, clients):
+                return cell
+        return None
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Results:
+        data = json.loads(path.read_text())
+        return cls(
+            machine=Machine(**data["machine"]),
+            settings=Settings(
+                **{k: tuple(v) if isinstance(v, list) else v for k, v in data["settings"].items()}
+            ),
+            command=data["command"],
+            servers=dict(data["servers"]),
+            cells=tuple(_cell(c) for c in data["cells"]),
+            minutes=float(data.get("minutes", 0.0)),
+            notes=tuple(data.get("notes", ())),
+        )
+
+
+def _cell(data: dict[str, Any]) -> Cell:
+    rounds = tuple(
+        Round(tuple(Reply(**reply) for reply in r["replies"]), float(r["wall"]))
+        for r in data["rounds"]
+    )
+    spec = data.get("spec")
+    return Cell(
+        system=data["system"],
+        workload=data["workload"],
+        temperature=float(data["temperature"]),
+        clients=int(data["clients"]),
+        rounds=rounds,
+        spec=SpecCounts(
+            spec["proposed"], spec["accepted"], spec["generated"], tuple(spec["accepted_at"])
+        )
+        if spec
+        else None,
+        gates=tuple(GateState(**g) for g in data.get("gates", ())),
+        abandoned=data.get("abandoned"),
+    )

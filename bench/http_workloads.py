@@ -1,0 +1,190 @@
+"""The prompts of the HTTP benchmark: what a client sends, per workload.
+
+Two workloads, each a small set of prompt variants. A run at N clients hands client i of run r
+the variant (i + r) mod len(variants), so concurrent clients send different prompts (greedy
+lanes on one prompt would decode the same tokens) and successive runs rotate through the set.
+
+- copy-heavy (chat completions): the reply copies its context — a code block to repeat, a file
+  to return with one rename, paragraphs to quote, a passage to write out again. Each source is
+  long enough that 128 reply tokens are all copying.
+- open-ended (text completions): openings of stories, letters and essays with nothing repeated,
+  continued freely. These go to `/v1/completions`, not chat: the demo model is a small base model
+  that answers every chat prompt by echoing the prompt back (measured: ~90% of prompt-lookup
+  drafts accepted on "Why is the sky blue?"), so an open-ended chat workload would be a copy
+  workload in disguise. Free continuation is the open-ended text this model writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GEMMA_TURN = "<start_of_turn>user\n{content}<end_of_turn>\n<start_of_turn>model\n"
+
+INTERVALS = '''def merge_intervals(intervals):
+    """Merge overlapping closed intervals and return them sorted by start."""
+    if not intervals:
+        return []
+    ordered = sorted(intervals, key=lambda pair: pair[0])
+    merged = [list(ordered[0])]
+    for start, end in ordered[1:]:
+        last = merged[-1]
+        if start <= last[1]:
+            last[1] = max(last[1], end)
+        else:
+            merged.append([start, end])
+    return [tuple(pair) for pair in merged]
+
+
+def total_covered(intervals):
+    """The length of the union of the intervals."""
+    return sum(end - start for start, end in merge_intervals(intervals))
+
+
+def gaps(intervals, lo, hi):
+    """The parts of [lo, hi] that no interval covers."""
+    result = []
+    cursor = lo
+    for start, end in merge_intervals(intervals):
+        if start > cursor:
+            result.append((cursor, min(start, hi)))
+        cursor = max(cursor, end)
+        if cursor >= hi:
+            break
+    if cursor < hi:
+        result.append((cursor, hi))
+    return result
+'''
+
+INVENTORY = '''class Inventory:
+    """Items in a warehouse, counted by name."""
+
+    def __init__(self):
+        self.counts = {}
+        self.history = []
+
+    def add(self, name, quantity):
+        if quantity <= 0:
+            raise ValueError("quantity must be positive")
+        self.counts[name] = self.counts.get(name, 0) + quantity
+        self.history.append(("add", name, quantity))
+
+    def remove(self, name, quantity):
+        held = self.counts.get(name, 0)
+        if quantity > held:
+            raise ValueError(f"only {held} of {name} in stock")
+        self.counts[name] = held - quantity
+        self.history.append(("remove", name, quantity))
+
+    def total(self):
+        return sum(self.counts.values())
+
+    def report(self):
+        lines = [f"{name}: {count}" for name, count in sorted(self.counts.items())]
+        return "\\n".join(lines)
+'''
+
+HARBOUR = """The harbour at Port Ellen wakes before the town does. Long before the first bus rattles down the hill, the fishing boats are already nosing out past the breakwater, their lamps swinging, their engines coughing in the cold. The gulls follow them out and come back an hour later, complaining, to wait on the roofs of the sheds.
+
+By seven the market hall is open. Crates of mackerel and crab are stacked on trestle tables, and the auctioneer, a small man in a yellow coat, calls the lots so quickly that visitors cannot follow him. The buyers can: they nod, or lift a pencil, and the crate is gone to a restaurant in the city or a lorry bound for the coast road.
+
+In the afternoon the harbour goes quiet again. The boats are tied up, the nets are spread to dry on the wall, and the children of the town sit on the slipway with lines and buckets, catching nothing and not minding. When the tide turns, the water slaps against the stones, and the whole place seems to hold its breath until morning."""
+
+GLASS = """Glass is older than writing. The first glassmakers, working in Mesopotamia some four and a half thousand years ago, melted sand with plant ash and made beads that looked like precious stones. For two thousand years glass stayed a luxury: small, coloured and opaque, shaped around a core of clay and dung that was scraped out once the glass had cooled. Then, somewhere on the coast of the eastern Mediterranean, someone learned to blow it through a tube, and within a lifetime glass cups and bottles were cheap enough for ordinary kitchens across the Roman world."""
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One prompt: `text` is the user message (chat) or the prompt itself (completion)."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    name: str
+    chat: bool  # chat completions; False: text completions
+    variants: tuple[Variant, ...]
+
+    def variant(self, client: int, run: int) -> Variant:
+        return self.variants[(client + run) % len(self.variants)]
+
+    def raw_prompt(self, variant: Variant) -> str:
+        """The text a server feeds the model (Gemma's chat turn for chat workloads); the raw
+        loop tokenizes this with the BOS token, as both servers do."""
+        return GEMMA_TURN.format(content=variant.text) if self.chat else variant.text
+
+
+COPY_HEAVY = Workload(
+    "copy-heavy",
+    chat=True,
+    variants=(
+        Variant(
+            "repeat code",
+            "Here is a Python module:\n\n```python\n"
+            + INTERVALS
+            + "```\n\nRepeat the module above exactly, character for character, in a python code block.",
+        ),
+        Variant(
+            "edit file",
+            "Here is the file inventory.py:\n\n```python\n"
+            + INVENTORY
+            + "```\n\nRename the method `report` to `summary` and print the whole updated file. Change nothing else.",
+        ),
+        Variant(
+            "quote",
+            "Read this passage:\n\n"
+            + HARBOUR
+            + "\n\nQuote the second and third paragraphs word for word.",
+        ),
+        Variant(
+            "repeat passage",
+            "Here is a passage, written out twice:\n\n"
+            + GLASS
+            + "\n\n"
+            + GLASS
+            + "\n\nWrite it out a third time, exactly as above.",
+        ),
+    ),
+)
+
+OPEN_ENDED = Workload(
+    "open-ended",
+    chat=False,
+    variants=(
+        Variant(
+            "lighthouse",
+            "The old lighthouse keeper had not spoken to anyone in eleven years, and",
+        ),
+        Variant(
+            "engineer",
+            "In the spring of 1887, a young engineer named Clara arrived in the city with nothing but a suitcase full of drawings.",
+        ),
+        Variant(
+            "letter",
+            "Dear Margaret,\n\nI hope this letter finds you well. Since you left the valley, so much has happened here that I hardly know where to begin.",
+        ),
+        Variant(
+            "bicycle",
+            "The history of the bicycle begins in the early nineteenth century, when",
+        ),
+        Variant(
+            "glacier",
+            "When the expedition reached the edge of the glacier, the guide stopped and pointed at",
+        ),
+        Variant(
+            "council",
+            "The city council met on Tuesday evening to discuss",
+        ),
+        Variant(
+            "train",
+            "It was the last train of the night, and the only other passenger was",
+        ),
+        Variant(
+            "sleep",
+            "A good night's sleep matters more than most people think, because",
+        ),
+    ),
+)
+
+WORKLOADS = {w.name: w for w in (COPY_HEAVY, OPEN_ENDED)}

@@ -1,0 +1,41 @@
+"""`superfluid serve`, with the model worker thread under cProfile.
+
+    .venv/bin/python -m bench.profiled_serve OUT.prof serve MODEL --speculate auto ...
+
+Everything after OUT.prof is the `superfluid` command line. The worker thread (the one that
+ticks the executor: drafting, the packed llama_decode step, verification, gates) runs under
+`cProfile`; its statistics are written to OUT.prof when the server stops (SIGTERM). The HTTP
+event loop is not profiled: it runs on other threads.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import sys
+from typing import Any
+
+from superfluid.application import service
+
+
+def main() -> None:
+    out, argv = sys.argv[1], sys.argv[2:]
+    original = service.GenerationService._work
+
+    def profiled(self: Any, host: Any) -> None:
+        profile = cProfile.Profile()
+        profile.enable()
+        try:
+            original(self, host)
+        finally:
+            profile.disable()
+            profile.dump_stats(out)
+
+    service.GenerationService._work = profiled  # type: ignore[method-assign]
+    sys.argv = ["superfluid", *argv]
+    from superfluid.entrypoints.cli import main as cli_main
+
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()
