@@ -102,7 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--profile",
         type=Path,
-        help="run the auto servers' worker under cProfile; stats to PREFIX-<workload>-<T>.prof",
+        help="run the superfluid servers' worker under cProfile; stats to PREFIX-<auto|off>-<workload>-T<t>.prof",
     )
     parser.add_argument("--from-raw", type=Path, help="only write the report from a saved raw JSON")
     args = parser.parse_args(argv)
@@ -249,8 +249,8 @@ def server_for(args: argparse.Namespace, system: str, model: Path, group: str) -
     spec = superfluid_spec(
         system, model, speculate, max_lanes=args.max_lanes, ctx_size=args.ctx_size
     )
-    if system == AUTO and args.profile is not None:
-        out = f"{args.profile}-{group}.prof"
+    if args.profile is not None:
+        out = f"{args.profile}-{speculate}-{group}.prof"
         argv = (sys.executable, "-m", "bench.profiled_serve", out, *spec.argv[1:])
         return ServerSpec(system, argv, spec.model_name)
     return spec

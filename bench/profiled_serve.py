@@ -4,17 +4,27 @@
 
 Everything after OUT.prof is the `superfluid` command line. The worker thread (the one that
 ticks the executor: drafting, the packed llama_decode step, verification, gates) runs under
-`cProfile`; its statistics are written to OUT.prof when the server stops (SIGTERM). The HTTP
-event loop is not profiled: it runs on other threads.
+`cProfile`; its statistics are written to OUT.prof when the server stops (SIGTERM or SIGINT).
+The HTTP event loop is not profiled: it runs on other threads.
+
+uvicorn re-raises the signal that stopped it once it has shut down; with SIGTERM's default
+action the process would die there, before `serve` stops the service and the worker returns.
+So SIGTERM is turned into KeyboardInterrupt, which `serve`'s `finally` survives.
 """
 
 from __future__ import annotations
 
 import cProfile
+import signal
 import sys
+from types import FrameType
 from typing import Any
 
 from superfluid.application import service
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def main() -> None:
@@ -31,6 +41,7 @@ def main() -> None:
             profile.dump_stats(out)
 
     service.GenerationService._work = profiled  # type: ignore[method-assign]
+    signal.signal(signal.SIGTERM, _interrupt)
     sys.argv = ["superfluid", *argv]
     from superfluid.entrypoints.cli import main as cli_main
 
