@@ -79,12 +79,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="client counts for llama-cpp-python, which serves one request at a time (default 1,4)",
     )
     parser.add_argument("--temperatures", type=_floats, default=(0.0, 0.7))
+    parser.add_argument(
+        "--llamacpp-temperatures",
+        type=_floats,
+        default=(0.0,),
+        help="temperatures for llama-cpp-python (default greedy only: its cells serialize)",
+    )
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument(
         "--systems", default=",".join(SYSTEMS), help=f"any of: {', '.join(SYSTEMS)}"
     )
     parser.add_argument(
-        "--warmup", type=int, help="warm-up rounds before a speculating cell (default 2; quick 1)"
+        "--warmup", type=int, help="warm-up rounds before a speculating cell (default 1)"
     )
     parser.add_argument("--max-lanes", type=int, default=8, help="superfluid --max-lanes")
     parser.add_argument("--ctx-size", type=int, default=2048, help="context per lane / n_ctx")
@@ -111,9 +117,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.tokens = args.tokens or (64 if quick else 128)
     args.clients = args.clients or ((1, 4) if quick else (1, 2, 4, 8))
     args.llamacpp_clients = args.llamacpp_clients or (1, 4)
-    args.warmup = (
-        1 if quick and args.warmup is None else (2 if args.warmup is None else args.warmup)
-    )
+    args.warmup = 1 if args.warmup is None else args.warmup
     args.out = args.out or (
         Path("/tmp/superfluid-http-bench/quick") if quick else Path("docs/benchmarks")
     )
@@ -272,6 +276,8 @@ def measure(args: argparse.Namespace, model: Path) -> tuple[list[Cell], dict[str
             for system in (PLAIN, AUTO, LLAMACPP):
                 if system not in args.systems:
                     continue
+                if system == LLAMACPP and temperature not in args.llamacpp_temperatures:
+                    continue
                 spec = server_for(args, system, model, group)
                 commands[system] = spec.shown()
                 log_path = args.log_dir / f"{system.replace(' ', '-')}-{group}.log"
@@ -291,7 +297,10 @@ def write_report(results: Results, out: Path) -> None:
     except ImportError as error:  # matplotlib is the bench extra's; the tables need nothing
         log(f"no plot ({error}); install the bench extra: pip install -e '.[bench]'")
         picture = None
-    (out / "README.md").write_text(markdown(results, plot=picture))
+    extra = []
+    if (out / "profile.md").is_file():  # hand-written: where the time goes in the misses
+        extra = ["## Where the time goes", "", "See [profile.md](profile.md).", ""]
+    (out / "README.md").write_text(markdown(results, plot=picture, extra=extra))
     log(f"wrote {out / 'README.md'}" + (f" and {out / picture}" if picture else ""))
 
 
@@ -326,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
         warmup_rounds=args.warmup,
         clients=args.clients,
         llamacpp_clients=args.llamacpp_clients,
+        llamacpp_temperatures=args.llamacpp_temperatures,
         temperatures=args.temperatures,
         workloads=args.workloads,
         max_lanes=args.max_lanes,

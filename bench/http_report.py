@@ -205,7 +205,10 @@ def markdown(
         f"- `/proc/loadavg` when measuring began: `{m.load_before}`; at the end: `{m.load_after}`",
         f"- Python {m.python}, llama-cpp-python {m.llama_cpp_python}",
         f"- model: `{s.model}`; {s.max_tokens} tokens per request; {s.runs} measured run(s) per cell (median); "
-        f"{s.warmup_rounds} warm-up round(s) before each speculating cell"
+        f"{s.warmup_rounds} warm-up round(s) before each speculating cell; superfluid with "
+        f"`--max-lanes {s.max_lanes} --ctx-size {s.ctx_size}`; llama-cpp-python at "
+        f"{', '.join(map(str, s.llamacpp_clients))} client(s), "
+        f"{', '.join(temperature_label(t) for t in s.llamacpp_temperatures)}"
         + ("; **quick smoke run**" if s.quick else ""),
         "",
         "Commands:",
@@ -242,7 +245,10 @@ METHOD = [
     "server (`python -m llama_cpp.server`, its defaults but for threads, context and "
     "`--chat_format gemma`: the GGUF carries no chat template); and the raw loop: llama.cpp's C "
     "API in-process, one context, `llama_decode` one token per step, numpy argmax, no server "
-    "(`bench/raw_loop.py`). The raw loop runs greedy and one client only.",
+    "(`bench/raw_loop.py`). The raw loop runs greedy and one client only. llama-cpp-python's "
+    "server decodes one request at a time, so its N-client cells take N times as long; it is "
+    "measured at the client counts and temperatures in the settings above (by default greedy, 1 "
+    "and 4 clients: the cells its target needs).",
     "- **One server at a time.** Each server is started on a free loopback port, waited for "
     "(`/v1/models`), and stopped after its cells; a fresh server serves each workload × "
     "temperature group, so no gate state or abandoned strategy carries from one workload to the "
@@ -274,6 +280,10 @@ METHOD = [
     "`superfluid_spec_gate_phase` (speculate, plain, probe-spec, probe-plain, warm-up) and "
     "`superfluid_spec_depth` per lane count; a run at *N* clients passes through lane counts "
     "*N*…1 as replies finish.",
+    "- **Noise.** On 2 cores, llama.cpp's two compute threads spin at a barrier between "
+    "operations; any other busy process (a test suite, another server) stalls every step, and "
+    "a second llama.cpp process on the machine slows decoding by an order of magnitude. The "
+    "harness waits for a quiet machine before measuring; the load is printed above.",
     "- Raw per-request replies, per-round figures and counters are written to "
     "`docs/benchmarks/http_bench.raw.json` (ignored by git).",
     "",

@@ -75,6 +75,7 @@ class Settings:
     warmup_rounds: int
     clients: tuple[int, ...]
     llamacpp_clients: tuple[int, ...]
+    llamacpp_temperatures: tuple[float, ...]
     temperatures: tuple[float, ...]
     workloads: tuple[str, ...]
     max_lanes: int

@@ -42,7 +42,7 @@ def synthetic_results() -> Results:
             for clients in (1, 2, 4, 8):
                 for system in (AUTO, PLAIN):
                     cells.append(_cell(system, workload, temperature, clients))
-                if clients in (1, 4):
+                if clients in (1, 4) and temperature == 0.0:
                     cells.append(_cell(LLAMACPP, workload, temperature, clients))
     return Results(
         machine=Machine(
@@ -55,6 +55,7 @@ def synthetic_results() -> Results:
             warmup_rounds=2,
             clients=(1, 2, 4, 8),
             llamacpp_clients=(1, 4),
+            llamacpp_temperatures=(0.0,),
             temperatures=(0.0, 0.7),
             workloads=("copy-heavy", "open-ended"),
             max_lanes=8,
