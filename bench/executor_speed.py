@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.http_workloads import INTERVALS
 from superfluid.adapters.llamacpp.demo_model import demo_model_path
 from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 from superfluid.application.drafting import PromptLookupDrafter
@@ -25,25 +26,7 @@ from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings, default_depth
 
-CODE = '''def merge_intervals(intervals):
-    """Merge overlapping closed intervals and return them sorted by start."""
-    if not intervals:
-        return []
-    ordered = sorted(intervals, key=lambda pair: pair[0])
-    merged = [list(ordered[0])]
-    for start, end in ordered[1:]:
-        last = merged[-1]
-        if start <= last[1]:
-            last[1] = max(last[1], end)
-        else:
-            merged.append([start, end])
-    return [tuple(pair) for pair in merged]
-
-
-def total_covered(intervals):
-    """The length of the union of the intervals."""
-    return sum(end - start for start, end in merge_intervals(intervals))
-'''
+CODE = INTERVALS  # the same passage the HTTP bench copies
 
 WORKLOADS = {
     "copy-heavy": (
