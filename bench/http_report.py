@@ -7,6 +7,7 @@ ratio it applies to, with ✓ or ✗; a miss is reported, never an error.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,11 +94,23 @@ def _rate(cell: Cell | None) -> str:
     return f"{cell.aggregate:.1f} ({cell.per_client:.1f})"
 
 
+def paired_ratio(top: Cell | None, bottom: Cell | None) -> float | None:
+    """Median over runs of run r's aggregate over the other system's run r: run r of every
+    system sends the same prompts, so each pair compares like with like."""
+    if top is None or bottom is None:
+        return None
+    pairs = [
+        a.aggregate / b.aggregate
+        for a, b in zip(top.rounds, bottom.rounds, strict=False)
+        if b.aggregate > 0
+    ]
+    return statistics.median(pairs) if pairs else None
+
+
 def _ratio(results: Results, numerator: str, denominator: str, key: tuple[str, float, int]) -> str:
-    top, bottom = results.cell(numerator, *key), results.cell(denominator, *key)
-    if top is None or bottom is None or not bottom.aggregate:
+    ratio = paired_ratio(results.cell(numerator, *key), results.cell(denominator, *key))
+    if ratio is None:
         return "–"
-    ratio = top.aggregate / bottom.aggregate
     text = f"{ratio:.2f}×"
     for target in TARGETS:
         if (target.numerator, target.denominator) == (numerator, denominator) and target.applies(
@@ -173,11 +186,11 @@ def verdicts(results: Results) -> list[Verdict]:
         for cell in results.cells:
             if cell.system != target.numerator or not target.applies(*cell.key):
                 continue
-            other = results.cell(target.denominator, *cell.key)
-            if other is None or not other.aggregate:
+            ratio = paired_ratio(cell, results.cell(target.denominator, *cell.key))
+            if ratio is None:
                 continue
             label = f"{cell.workload}, {temperature_label(cell.temperature)}, {cell.clients} client{'s' if cell.clients > 1 else ''}"
-            found.append(Verdict(target, label, cell.aggregate / other.aggregate))
+            found.append(Verdict(target, label, ratio))
     return found
 
 
@@ -208,7 +221,8 @@ def markdown(
         f"{s.warmup_rounds} warm-up round(s) before each speculating cell; superfluid with "
         f"`--max-lanes {s.max_lanes} --ctx-size {s.ctx_size}`; llama-cpp-python at "
         f"{', '.join(map(str, s.llamacpp_clients))} client(s), "
-        f"{', '.join(temperature_label(t) for t in s.llamacpp_temperatures)}"
+        f"{', '.join(temperature_label(t) for t in s.llamacpp_temperatures)}; sampled cells at "
+        f"{', '.join(map(str, s.sampled_clients))} client(s)"
         + ("; **quick smoke run**" if s.quick else ""),
         "",
         "Commands:",
@@ -222,8 +236,9 @@ def markdown(
         "",
         "Tokens per second are `usage.completion_tokens` over wall time, prefill included. With several "
         "clients the figure is the aggregate (all clients' tokens over the round's wall time), and in "
-        "brackets the mean client's own rate. Ratios compare aggregates. Targets are printed next to "
-        "the ratio they apply to.",
+        "brackets the mean client's own rate (medians over runs). A ratio is the median over runs of "
+        "the paired ratio of aggregates: run *r* of every system sends the same prompts. Targets "
+        "are printed next to the ratio they apply to.",
         "",
     ]
     for workload in s.workloads:
@@ -255,7 +270,7 @@ METHOD = [
     "next. Every server answers one untimed request before its first cell.",
     "- **Workloads** (`bench/http_workloads.py`). copy-heavy: chat completions whose reply "
     "copies context (a code block to repeat, a file to return with one rename, paragraphs to "
-    "quote, a passage to write out again). open-ended: text completions of story, letter and "
+    "quote). open-ended: text completions of story, letter and "
     "essay openings with nothing repeated — through `/v1/completions`, because the demo model "
     "is a small base model that answers every chat prompt by echoing it, which would make any "
     "chat workload copy-heavy. Client *i* of run *r* sends variant (*i* + *r*) mod *n*, so "

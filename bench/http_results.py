@@ -74,6 +74,7 @@ class Settings:
     runs: int
     warmup_rounds: int
     clients: tuple[int, ...]
+    sampled_clients: tuple[int, ...]
     llamacpp_clients: tuple[int, ...]
     llamacpp_temperatures: tuple[float, ...]
     temperatures: tuple[float, ...]
@@ -107,6 +108,7 @@ class Results:
     @classmethod
     def load(cls, path: Path) -> Results:
         data = json.loads(path.read_text())
+        data["settings"].setdefault("sampled_clients", data["settings"]["clients"])
         return cls(
             machine=Machine(**data["machine"]),
             settings=Settings(

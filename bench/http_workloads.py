@@ -5,8 +5,8 @@ the variant (i + r) mod len(variants), so concurrent clients send different prom
 lanes on one prompt would decode the same tokens) and successive runs rotate through the set.
 
 - copy-heavy (chat completions): the reply copies its context — a code block to repeat, a file
-  to return with one rename, paragraphs to quote, a passage to write out again. Each source is
-  long enough that 128 reply tokens are all copying.
+  to return with one rename, paragraphs to quote. Each source is long enough that 128 reply
+  tokens are all copying. Three variants, so three runs at one client cover each once.
 - open-ended (text completions): openings of stories, letters and essays with nothing repeated,
   continued freely. These go to `/v1/completions`, not chat: the demo model is a small base model
   that answers every chat prompt by echoing the prompt back (measured: ~90% of prompt-lookup
@@ -89,8 +89,6 @@ By seven the market hall is open. Crates of mackerel and crab are stacked on tre
 
 In the afternoon the harbour goes quiet again. The boats are tied up, the nets are spread to dry on the wall, and the children of the town sit on the slipway with lines and buckets, catching nothing and not minding. When the tide turns, the water slaps against the stones, and the whole place seems to hold its breath until morning."""
 
-GLASS = """Glass is older than writing. The first glassmakers, working in Mesopotamia some four and a half thousand years ago, melted sand with plant ash and made beads that looked like precious stones. For two thousand years glass stayed a luxury: small, coloured and opaque, shaped around a core of clay and dung that was scraped out once the glass had cooled. Then, somewhere on the coast of the eastern Mediterranean, someone learned to blow it through a tube, and within a lifetime glass cups and bottles were cheap enough for ordinary kitchens across the Roman world."""
-
 
 @dataclass(frozen=True, slots=True)
 class Variant:
@@ -136,14 +134,6 @@ COPY_HEAVY = Workload(
             "Read this passage:\n\n"
             + HARBOUR
             + "\n\nQuote the second and third paragraphs word for word.",
-        ),
-        Variant(
-            "repeat passage",
-            "Here is a passage, written out twice:\n\n"
-            + GLASS
-            + "\n\n"
-            + GLASS
-            + "\n\nWrite it out a third time, exactly as above.",
         ),
     ),
 )

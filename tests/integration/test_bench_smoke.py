@@ -54,6 +54,7 @@ def synthetic_results() -> Results:
             runs=3,
             warmup_rounds=2,
             clients=(1, 2, 4, 8),
+            sampled_clients=(1, 2, 4, 8),
             llamacpp_clients=(1, 4),
             llamacpp_temperatures=(0.0,),
             temperatures=(0.0, 0.7),
