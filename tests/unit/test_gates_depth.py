@@ -8,6 +8,7 @@ from superfluid.domain.gates.depth import (
     ROUNDS_BEFORE_TUNING,
     DepthController,
     DepthMode,
+    StepCosts,
     best_depth,
     prior_row_cost,
 )
@@ -139,15 +140,63 @@ def test_choosing_is_a_pure_question():
     assert len({controller.choose() for _ in range(50)}) == 1
 
 
-def test_unmeasured_costs_follow_the_prior_shape_scaled_from_the_nearest_measurement():
+def test_unmeasured_costs_follow_the_prior_shape_then_the_measured_line():
     controller = DepthController(default_depth=4, max_depth=15)
     assert controller.step_cost(5) == pytest.approx(1 + 0.17 * 4)
     controller.record_step(1, 0.02)
     assert controller.step_cost(1) == 0.02
+    # One measurement: the prior shape, scaled from it.
     assert controller.step_cost(3) == pytest.approx(0.02 * 1.34)
     controller.record_step(4, 0.05)
-    assert controller.step_cost(5) == pytest.approx(0.05 * prior_row_cost(5) / prior_row_cost(4))
     assert controller.step_cost(2) == pytest.approx(0.03)  # between 1 and 4: interpolated
+    # Above the largest: along the line through the smallest and largest (0.01 a row here),
+    # not the prior's 0.17 of a one-row step.
+    assert controller.step_cost(5) == pytest.approx(0.06)
+    assert controller.step_cost(16) == pytest.approx(0.17)
+
+
+def test_a_falling_measured_line_is_not_extended_below_zero_slope():
+    costs = StepCosts()
+    costs.record(1, 0.05)
+    costs.record(4, 0.04)  # noise: fewer rows cannot really cost more
+    assert costs.cost(8) == pytest.approx(0.04 * prior_row_cost(8) / prior_row_cost(4))
+
+
+def test_lane_counts_share_costs_by_total_rows():
+    costs = StepCosts()
+    one = DepthController(default_depth=4, max_depth=15, lanes=1, costs=costs)
+    four = DepthController(default_depth=4, max_depth=15, lanes=4, costs=costs)
+    one.record_step(1, 0.030)
+    one.record_step(16, 0.200)
+    four.record_step(1, 0.060)  # a plain 4-lane step: 4 rows
+    # Four lanes verifying 4 rows each carry 16 rows: what the one-lane step measured.
+    assert four.step_cost(4) == pytest.approx(0.200)
+    assert one.step_cost(4) == pytest.approx(0.060)
+    # And 4 lanes x 8 rows = 32 rows, on the line through 1 row and 16 rows.
+    assert four.step_cost(8) == pytest.approx(0.200 + (0.200 - 0.030) / 15 * 16)
+
+
+def test_a_step_with_unequal_drafts_is_recorded_at_the_rows_it_carried():
+    costs = StepCosts()
+    two = DepthController(default_depth=4, max_depth=15, lanes=2, costs=costs)
+    two.record_step(9, 0.1, total_rows=11)  # one lane drafted 8, the other 1
+    assert costs.measured() == {11: 0.1}
+
+
+def test_dearer_rows_at_more_lanes_choose_a_shallower_depth():
+    # Measured on a compute-bound CPU: each row costs a third of a one-row step.
+    costs = StepCosts()
+    for rows in (1, 2, 4, 8, 16):
+        costs.record(rows, 0.03 * (1 + 0.33 * (rows - 1)))
+    controllers = {
+        lanes: DepthController(default_depth=4, max_depth=15, lanes=lanes, costs=costs)
+        for lanes in (1, 4)
+    }
+    for controller in controllers.values():
+        for _ in range(200):  # p_i ≈ 0.9 at every position
+            for accepted in (15, 15, 15, 15, 15, 15, 8, 4, 2):
+                controller.record_round(15, accepted)
+    assert controllers[4].best() < controllers[1].best()
 
 
 def test_a_rejection_counts_against_its_position_and_unreached_positions_learn_nothing():

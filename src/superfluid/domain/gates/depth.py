@@ -6,17 +6,17 @@ accepted. So the depth with the best goodput is
 
     k* = argmax over 1 ≤ k ≤ cap of (1 + a_1 + … + a_k) / c(k+1)
 
-with c(r) the measured cost (seconds) of a verify step with r rows at this lane count.
+with c(r) the cost (seconds) of a verify step with r rows per lane at this lane count. Costs
+come from a `StepCosts` table keyed by the step's total rows and shared by every lane count of
+a model (see `step_cost.py`): at N lanes, c(r) is the table's cost of N·r rows, so what one lane
+count measured prices a draft at another.
 
 Acceptance is learnt as a conditional rate per position, p_i = P(accept i | 1..i-1 accepted),
 from exponentially decayed counts (recent traffic matters more than old traffic), and
 a_i = p_1·…·p_i. A position never offered borrows its predecessor's rate (a geometric
 extrapolation), which is what lets a deeper depth look worth a try at all.
 
-Costs not yet measured follow the demo model's measured shape, c(r) ≈ c(1)·(1 + 0.17·(r−1)),
-scaled from the nearest row count that has been measured; between two measured row counts they
-are interpolated linearly instead. With nothing measured the shape alone is enough: the argmax
-does not depend on the scale. Plain ticks measure c(1).
+Plain ticks measure c(1).
 
 Every `EXPLORE_EVERY` recorded steps the controller proposes a neighbour of its best depth
 (alternately deeper and shallower), so a depth whose measurements are stale or missing gets
@@ -31,8 +31,16 @@ import enum
 import math
 from collections.abc import Callable, Sequence
 
-#: Each extra verify row costs this fraction of a one-row step (the demo model's measurement).
-ROW_COST_SLOPE = 0.17
+from superfluid.domain.gates.step_cost import ROW_COST_SLOPE, StepCosts, prior_row_cost
+
+__all__ = [
+    "ROW_COST_SLOPE",
+    "DepthController",
+    "DepthMode",
+    "StepCosts",
+    "best_depth",
+    "prior_row_cost",
+]
 
 #: Acceptance counts decay by this factor per observation, a memory of about 64 rounds.
 ACCEPTANCE_DECAY = 1.0 - 1.0 / 64.0
@@ -42,9 +50,6 @@ PRIOR_WEIGHT = 1.0
 
 #: Prior conditional acceptance of the first position, before any round was seen.
 FIRST_POSITION_PRIOR = 0.5
-
-#: Weight of the newest measurement in a row count's cost average.
-COST_SMOOTHING = 0.25
 
 #: Rounds to observe before the model replaces the default depth.
 ROUNDS_BEFORE_TUNING = 8
@@ -57,11 +62,6 @@ class DepthMode(enum.Enum):
     FIXED = "fixed"  # adaptive depth is off: always the default depth
     LEARNING = "learning"  # too few rounds yet: the default depth
     TUNED = "tuned"  # the model-based argmax (with exploration)
-
-
-def prior_row_cost(rows: int) -> float:
-    """The cost of an r-row verify step relative to a one-row step, before measuring."""
-    return 1.0 + ROW_COST_SLOPE * (rows - 1)
 
 
 def best_depth(cumulative_acceptance: Sequence[float], step_cost: Callable[[int], float]) -> int:
@@ -84,16 +84,29 @@ def best_depth(cumulative_acceptance: Sequence[float], step_cost: Callable[[int]
 class DepthController:
     """Chooses the draft depth at one lane count and learns from what it sees there."""
 
-    def __init__(self, *, default_depth: int, max_depth: int, adaptive: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        default_depth: int,
+        max_depth: int,
+        adaptive: bool = True,
+        lanes: int = 1,
+        costs: StepCosts | None = None,
+    ) -> None:
+        """`lanes`: the lane count this controller serves; `costs`: the model's shared table
+        (a private one when not given)."""
         if max_depth < 1:
             raise ValueError("max_depth must be at least 1")
+        if lanes < 1:
+            raise ValueError("a lane count is at least 1")
         self.max_depth = max_depth
         self.default_depth = min(max(default_depth, 1), max_depth)
         self._adaptive = adaptive
         self._offered = [0.0] * max_depth
         self._accepted = [0.0] * max_depth
         self._rounds = 0
-        self._costs: dict[int, float] = {}  # rows -> smoothed seconds per verify step
+        self._lanes = lanes
+        self._costs = costs if costs is not None else StepCosts()
         self._steps = 0
 
     @property
@@ -129,14 +142,12 @@ class DepthController:
             self._accepted[index] = self._accepted[index] * ACCEPTANCE_DECAY + hit
         self._rounds += 1
 
-    def record_step(self, rows: int, seconds: float) -> None:
-        """One verify step with `rows` rows per lane took `seconds` (1 row = a plain step)."""
+    def record_step(self, rows: int, seconds: float, *, total_rows: int | None = None) -> None:
+        """One verify step with `rows` rows per lane (1 row = a plain step) took `seconds`;
+        `total_rows`, when lanes drafted unequal lengths, is what the step really carried."""
         if rows < 1 or not (math.isfinite(seconds) and seconds > 0.0):
             return  # a clock that did not advance tells nothing about cost
-        previous = self._costs.get(rows)
-        self._costs[rows] = (
-            seconds if previous is None else previous + COST_SMOOTHING * (seconds - previous)
-        )
+        self._costs.record(total_rows if total_rows is not None else self._lanes * rows, seconds)
         if rows > 1:
             self._steps += 1
 
@@ -162,21 +173,8 @@ class DepthController:
         return cumulative
 
     def step_cost(self, rows: int) -> float:
-        """Measured cost of an r-row step; else interpolated between measured neighbours, or
-        the prior shape scaled from the nearest measurement."""
-        measured = self._costs.get(rows)
-        if measured is not None:
-            return measured
-        if not self._costs:
-            return prior_row_cost(rows)
-        below = max((r for r in self._costs if r < rows), default=None)
-        above = min((r for r in self._costs if r > rows), default=None)
-        if below is not None and above is not None:
-            # Between two measurements, trust them over the prior: interpolate linearly.
-            share = (rows - below) / (above - below)
-            return self._costs[below] + share * (self._costs[above] - self._costs[below])
-        nearest = min(self._costs, key=lambda r: abs(r - rows))  # all on one side of rows
-        return self._costs[nearest] * prior_row_cost(rows) / prior_row_cost(nearest)
+        """c(r): the cost of a step in which each of this lane count's lanes carries r rows."""
+        return self._costs.cost(self._lanes * rows)
 
     def best(self) -> int:
         return best_depth(self.cumulative_acceptance(), self.step_cost)

@@ -10,11 +10,14 @@ Who decides what:
 - the yield floor (per model, per request) can abandon the strategy for good: every plan is
   then plain;
 - the throughput gate (per lane count) decides plain or speculative for that lane count;
-- the depth controller (per lane count) picks the depth when speculating.
+- the depth controller (per lane count) picks the depth when speculating, pricing drafts with
+  one step-cost table per model, keyed by a step's total rows (every lane count's ticks measure
+  it: see `gates/step_cost.py`).
 
 Invariants: an abandoned policy always plans plain; a speculative plan's depth lies in
-1..depth_cap; what is recorded at one lane count never changes the plan at another (the
-per-model request count only times re-probes, it decides nothing by itself).
+1..depth_cap; what is recorded at one lane count never changes whether another speculates, nor
+the acceptance it has learnt (the per-model request count only times re-probes, and the shared
+step costs only price depths).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from superfluid.domain.gates.depth import DepthController
+from superfluid.domain.gates.step_cost import StepCosts
 from superfluid.domain.gates.throughput import GateTuning, Phase, ThroughputGate
 from superfluid.domain.gates.yield_floor import RequestYield, StrategyStanding, YieldFloor
 from superfluid.domain.spec_settings import MAX_DRAFT_TOKENS, SpecSettings
@@ -71,6 +75,7 @@ class SpecPolicy:
         self._floor = YieldFloor(min_yield=settings.min_yield, yield_rounds=settings.yield_rounds)
         self._gates: dict[int, ThroughputGate] = {}
         self._depths: dict[int, DepthController] = {}
+        self._costs = StepCosts()
         self._finished_requests = 0
 
     # -- questions -----------------------------------------------------------------------------
@@ -127,6 +132,8 @@ class SpecPolicy:
                 default_depth=self.default_depth,
                 max_depth=self.depth_cap,
                 adaptive=self.settings.adaptive,
+                lanes=lane_count,
+                costs=self._costs,
             )
         return controller
 
@@ -184,7 +191,8 @@ class SpecPolicy:
         gate = self.gate(lane_count)
         if gate is not None:
             gate.record_spec_tick(committed, seconds)
-        self.depth(lane_count).record_step(rows, seconds)
+        # Each decoding lane fed its pending token and its draft: the step's real row count.
+        self.depth(lane_count).record_step(rows, seconds, total_rows=lane_count + drafted)
 
     def record_plain_tick(self, lane_count: int, *, committed: int, seconds: float) -> None:
         """A tick on the plain path (one row per lane), committing `committed` tokens."""
