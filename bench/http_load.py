@@ -1,10 +1,19 @@
 """Clients and metrics: one round of N concurrent requests, and `/metrics` before and after.
 
-A round starts N requests at once with the official `openai` client (AsyncOpenAI), streaming
-off, and waits for all of them. Tokens come from `usage.completion_tokens`; each request's
-latency is measured around its own call, so a client's rate includes prefill, queueing and
-HTTP, as a user sees it. A round's aggregate rate is all its tokens over the time from its
-first request to its last reply.
+A round starts N requests at once with the official `openai` client (AsyncOpenAI) and waits for
+all of them. Tokens come from `usage.completion_tokens`; each request's latency is measured
+around its own call, so a client's end-to-end rate includes prefill, queueing and HTTP, as a
+user sees it. A round's aggregate rate is all its tokens over the time from its first request
+to its last reply.
+
+Requests that stream (superfluid's) ask for usage on every chunk (`stream_options`:
+`include_usage`, and `continuous_usage_stats`, the vLLM extension superfluid implements), so
+each content chunk says how many tokens have been committed by the time it arrives. From that
+come the time to the first content chunk (TTFT) and the decode-only rates: a reply's tokens
+after its first content chunk over the time from that chunk to its last one; a round's tokens
+committed after every client has had its first content chunk (so every prompt is prefilled)
+over the time from then to the last client's last chunk. Requests that do not stream
+(llama-cpp-python's server sends no usage in a stream) have neither.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,12 +40,23 @@ class Reply:
     finish: str
     proposed: int = 0  # from the reply's `superfluid.spec`, when it has one
     accepted: int = 0
+    ttft: float | None = None  # request sent → first content chunk; None: not streamed
+    decode_tokens: int | None = None  # tokens after the first content chunk
+    decode_seconds: float | None = None  # first content chunk → last chunk
+
+    @property
+    def decode_rate(self) -> float | None:
+        if self.decode_tokens is None or not self.decode_seconds or self.decode_seconds <= 0:
+            return None
+        return self.decode_tokens / self.decode_seconds
 
 
 @dataclass(frozen=True, slots=True)
 class Round:
     replies: tuple[Reply, ...]
     wall: float
+    decode_tokens: int | None = None  # committed after every client's first content chunk
+    decode_wall: float | None = None  # from then to the last client's last chunk
 
     @property
     def tokens(self) -> int:
@@ -50,6 +71,19 @@ class Round:
         rates = [r.tokens / r.seconds for r in self.replies if r.seconds > 0]
         return statistics.fmean(rates) if rates else 0.0
 
+    @property
+    def decode_aggregate(self) -> float | None:
+        if self.decode_tokens is None or not self.decode_wall or self.decode_wall <= 0:
+            return None
+        return self.decode_tokens / self.decode_wall
+
+    @property
+    def decode_per_client(self) -> float | None:
+        """The mean decode-only rate of the replies that had a decode phase (more than one
+        content chunk); None when none had one or the round was not streamed."""
+        rates = [r.decode_rate for r in self.replies if r.decode_rate is not None]
+        return statistics.fmean(rates) if rates else None
+
 
 @dataclass(frozen=True, slots=True)
 class Request:
@@ -59,6 +93,7 @@ class Request:
     temperature: float
     max_tokens: int
     extra: dict[str, Any] = field(default_factory=dict)  # system-specific body fields
+    stream: bool = True  # False for a server that sends no usage in a stream
 
 
 def client_for(base: str, clients: int) -> openai.AsyncOpenAI:
@@ -72,49 +107,154 @@ def client_for(base: str, clients: int) -> openai.AsyncOpenAI:
     )
 
 
-async def _one(
-    client: openai.AsyncOpenAI, workload: Workload, request: Request, index: int, run: int
-) -> Reply:
-    variant = workload.variant(index, run)
-    common: dict[str, Any] = {
+# Usage on every chunk, not only the last: each content chunk then says how many tokens are
+# committed by the time it arrives (an accepted draft leaves as one chunk of several tokens).
+STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+
+
+@dataclass(slots=True)
+class Timeline:
+    """When a streamed reply's chunks arrived (`time.perf_counter()`) and what they counted."""
+
+    first: float | None = None  # the first chunk with text
+    last: float | None = None  # the last chunk with a choice (the closing one)
+    committed: list[tuple[float, int]] = field(default_factory=list)  # (arrival, tokens so far)
+    counted: bool = True  # whether every content chunk carried usage
+
+    def content(self, arrival: float, usage: Any) -> None:
+        if self.first is None:
+            self.first = arrival
+        if usage is None:
+            self.counted = False
+        else:
+            self.committed.append((arrival, int(usage.completion_tokens)))
+
+    def tokens_by(self, moment: float) -> int:
+        return max((tokens for arrival, tokens in self.committed if arrival <= moment), default=0)
+
+    def figures(self, began: float, tokens: int) -> dict[str, Any]:
+        """The Reply fields timed from the stream: TTFT and the decode-only tokens and time."""
+        if self.first is None or self.last is None:
+            return {}
+        # Without per-chunk usage, the first chunk is taken to carry one token.
+        in_first = self.committed[0][1] if self.counted and self.committed else 1
+        return {
+            "ttft": self.first - began,
+            "decode_tokens": tokens - in_first,
+            "decode_seconds": self.last - self.first,
+        }
+
+
+def _body(request: Request, index: int, run: int) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens,
         "temperature": request.temperature,
         "seed": 1000 * run + index,
     }
     if request.extra:
-        common["extra_body"] = dict(request.extra)
+        body["extra_body"] = dict(request.extra)
         if "top_p" in request.extra:
-            common["top_p"] = common["extra_body"].pop("top_p")
-    began = time.perf_counter()
+            body["top_p"] = body["extra_body"].pop("top_p")
+    if request.stream:
+        body["stream"] = True
+        body["stream_options"] = STREAM_OPTIONS
+    return body
+
+
+async def _create(
+    client: openai.AsyncOpenAI, workload: Workload, text: str, body: dict[str, Any]
+) -> Any:
     if workload.chat:
-        chat = await client.chat.completions.create(
-            messages=[{"role": "user", "content": variant.text}], **common
+        return await client.chat.completions.create(
+            messages=[{"role": "user", "content": text}], **body
         )
-        usage, finish, extension = chat.usage, chat.choices[0].finish_reason, chat.model_extra
-    else:
-        text = await client.completions.create(prompt=variant.text, **common)
-        usage, finish, extension = text.usage, text.choices[0].finish_reason, text.model_extra
-    seconds = time.perf_counter() - began
+    return await client.completions.create(prompt=text, **body)
+
+
+def _spec(extension: dict[str, Any] | None) -> tuple[int, int]:
+    """(proposed, accepted) from a reply's or chunk's `superfluid.spec`; (0, 0) without one."""
     spec = ((extension or {}).get("superfluid") or {}).get("spec") or {}
+    return int(spec.get("proposed", 0)), int(spec.get("accepted", 0))
+
+
+def _text(choice: Any) -> str:
+    delta = getattr(choice, "delta", None)  # a chat chunk's; a completion chunk has `text`
+    return (delta.content if delta is not None else choice.text) or ""
+
+
+async def _whole(
+    client: openai.AsyncOpenAI, workload: Workload, request: Request, index: int, run: int
+) -> tuple[Reply, Timeline | None]:
+    variant = workload.variant(index, run)
+    body = _body(request, index, run)
+    began = time.perf_counter()
+    reply = await _create(client, workload, variant.text, body)
+    seconds = time.perf_counter() - began
+    usage = reply.usage
     return Reply(
         variant.name,
         usage.completion_tokens if usage is not None else 0,
         seconds,
-        str(finish),
-        int(spec.get("proposed", 0)),
-        int(spec.get("accepted", 0)),
-    )
+        str(reply.choices[0].finish_reason),
+        *_spec(reply.model_extra),
+    ), None
+
+
+async def _streamed(
+    client: openai.AsyncOpenAI, workload: Workload, request: Request, index: int, run: int
+) -> tuple[Reply, Timeline | None]:
+    variant = workload.variant(index, run)
+    body = _body(request, index, run)
+    timeline = Timeline()
+    tokens, finish, spec = 0, "None", (0, 0)
+    began = time.perf_counter()
+    async for chunk in await _create(client, workload, variant.text, body):
+        arrival = time.perf_counter()
+        if chunk.usage is not None:
+            tokens = chunk.usage.completion_tokens
+        if chunk.model_extra and "superfluid" in chunk.model_extra:
+            spec = _spec(chunk.model_extra)  # superfluid puts it on the closing chunk
+        if not chunk.choices:
+            continue  # the usage-only chunk after the closing one
+        choice = chunk.choices[0]
+        timeline.last = arrival
+        if choice.finish_reason is not None:
+            finish = str(choice.finish_reason)
+        if _text(choice):
+            timeline.content(arrival, chunk.usage)
+    seconds = time.perf_counter() - began
+    figures = timeline.figures(began, tokens)
+    return Reply(variant.name, tokens, seconds, finish, *spec, **figures), timeline
+
+
+def decode_window(
+    replies: Sequence[tuple[Reply, Timeline | None]],
+) -> tuple[int | None, float | None]:
+    """A round's decode-only tokens and time: from the moment every client has had its first
+    content chunk (no prompt is left to prefill) to the last client's last chunk. Tokens a
+    client committed before that moment are not counted. (None, None) without timelines."""
+    streamed = [(reply, t) for reply, t in replies if t is not None and t.first is not None]
+    if not streamed or any(not timeline.counted for _, timeline in streamed):
+        return None, None
+    # A reply without a content chunk (an immediate stop) has no decode phase to wait for.
+    start = max(timeline.first for _, timeline in streamed if timeline.first is not None)
+    end = max(timeline.last for _, timeline in streamed if timeline.last is not None)
+    tokens = sum(reply.tokens - timeline.tokens_by(start) for reply, timeline in streamed)
+    return tokens, end - start
 
 
 async def one_round(
     client: openai.AsyncOpenAI, workload: Workload, request: Request, clients: int, run: int
 ) -> Round:
+    one = _streamed if request.stream else _whole
     began = time.perf_counter()
     replies = await asyncio.gather(
-        *(_one(client, workload, request, i, run) for i in range(clients))
+        *(one(client, workload, request, i, run) for i in range(clients))
     )
-    return Round(tuple(replies), time.perf_counter() - began)
+    wall = time.perf_counter() - began
+    decode_tokens, decode_wall = decode_window(replies)
+    return Round(tuple(reply for reply, _ in replies), wall, decode_tokens, decode_wall)
 
 
 # -- /metrics ---------------------------------------------------------------------------------

@@ -49,11 +49,38 @@ class Cell:
         return statistics.median(r.per_client for r in self.rounds) if self.rounds else 0.0
 
     @property
+    def decode_aggregate(self) -> float | None:
+        """Median over runs of the round's decode-only rate (http_load.decode_window); None when
+        a run has none (a system that does not stream)."""
+        return _median_of([r.decode_aggregate for r in self.rounds])
+
+    @property
+    def decode_per_client(self) -> float | None:
+        """Median over runs of the mean client's tokens after its first content chunk over the
+        time from that chunk to its last."""
+        return _median_of([r.decode_per_client for r in self.rounds])
+
+    @property
+    def ttft(self) -> float | None:
+        """Median time to the first content chunk over the replies of every run that had one
+        (seconds); None when not streamed."""
+        times = [reply.ttft for r in self.rounds for reply in r.replies if reply.ttft is not None]
+        return statistics.median(times) if times else None
+
+    @property
     def acceptance(self) -> float | None:
         """Accepted over proposed draft tokens, summed over the replies' `superfluid.spec`."""
         proposed = sum(reply.proposed for r in self.rounds for reply in r.replies)
         accepted = sum(reply.accepted for r in self.rounds for reply in r.replies)
         return accepted / proposed if proposed else None
+
+
+def _median_of(values: list[float | None]) -> float | None:
+    """The median, or None when there are no values or any is missing (a median of the runs
+    that happened to have one would pass for the cell's)."""
+    if not values or any(v is None for v in values):
+        return None
+    return statistics.median(v for v in values if v is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +110,8 @@ class Settings:
     ctx_size: int
     threads: int
     quick: bool
+    # superfluid auto and off measured run by run, both servers up (False in runs saved before)
+    interleaved: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +153,12 @@ class Results:
 
 def _cell(data: dict[str, Any]) -> Cell:
     rounds = tuple(
-        Round(tuple(Reply(**reply) for reply in r["replies"]), float(r["wall"]))
+        Round(
+            tuple(Reply(**reply) for reply in r["replies"]),
+            float(r["wall"]),
+            r.get("decode_tokens"),
+            r.get("decode_wall"),
+        )
         for r in data["rounds"]
     )
     spec = data.get("spec")
