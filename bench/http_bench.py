@@ -2,10 +2,13 @@
 
     .venv/bin/python -m bench.http_bench [--quick] [--model PATH] [--out DIR] ...
 
-Drives each server over HTTP with the official `openai` client, one server at a time, on
-copy-heavy and open-ended workloads, greedy at 1, 2, 4 and 8 concurrent clients and T=0.7 at
-1, 2 and 4 (a default full run takes about 20 minutes on 2 cores), and compares with a raw
-greedy `llama_decode` loop in-process (the serving-overhead floor). Writes `README.md` (tables, targets, machine, commands), `throughput.png` and
+Drives each server over HTTP with the official `openai` client, streaming, on copy-heavy and
+open-ended workloads, greedy at 1, 2, 4 and 8 concurrent clients and T=0.7 at 1, 2 and 4 (a
+default full run takes about 25 minutes on 2 cores), and compares with a raw greedy
+`llama_decode` loop in-process (the serving-overhead floor). superfluid auto and off are up
+together and measured run by run, alternately; llama-cpp-python's server runs on its own.
+Reports end-to-end rates (prefill included) and decode-only rates (after the first content
+chunk). Writes `README.md` (tables, targets, machine, commands), `throughput.png` and
 `http_bench.raw.json` into `--out` (default `docs/benchmarks/`; `/tmp/superfluid-http-bench/quick`
 with `--quick`). Method: docs/benchmarks/README.md, section "Method" (bench/http_report.py).
 
@@ -17,19 +20,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import datetime
 import os
 import platform
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+
+import openai
 
 from bench.http_load import (
     Reply,
     Request,
     Round,
+    Samples,
     client_for,
     gate_states,
     one_round,
@@ -197,61 +206,133 @@ def raw_cells(args: argparse.Namespace, model: Path, workload: Workload) -> list
         for run in range(args.runs):
             variant = workload.variant(0, run)
             result = loop.generate(loop.tokenize(workload.raw_prompt(variant)), args.tokens)
-            reply = Reply(variant.name, result.tokens, result.seconds, "raw")
-            rounds.append(Round((reply,), result.seconds))
+            prefill = result.seconds - result.decode_seconds  # prompt and the first token
+            decoded = result.tokens - 1
+            reply = Reply(
+                variant.name,
+                result.tokens,
+                result.seconds,
+                "raw",
+                ttft=prefill,
+                decode_tokens=decoded,
+                decode_seconds=result.decode_seconds,
+            )
+            rounds.append(Round((reply,), result.seconds, decoded, result.decode_seconds))
     finally:
         loop.close()
     cell = Cell(RAW, workload.name, 0.0, 1, tuple(rounds))
-    log(f"{RAW:>18} {workload.name} greedy 1 client: {cell.aggregate:.1f} tok/s")
+    log_cell(cell)
     return [cell]
 
 
-async def server_cells(
-    args: argparse.Namespace, spec: ServerSpec, base: str, workload: Workload, temperature: float
-) -> list[Cell]:
-    system = spec.system
-    speculating = system == AUTO
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One running server, as the cells of a workload × temperature group measure it."""
+
+    system: str
+    base: str
+    client: openai.AsyncOpenAI
+    request: Request
+
+    @property
+    def speculating(self) -> bool:
+        return self.system == AUTO
+
+
+def client_counts(args: argparse.Namespace, system: str, temperature: float) -> tuple[int, ...]:
     counts = args.llamacpp_clients if system == LLAMACPP else args.clients
     if temperature > 0:
         counts = tuple(c for c in counts if c in args.sampled_clients)
-    extra = LLAMACPP_SAMPLING if system == LLAMACPP else {}
-    request = Request(spec.model_name, temperature, args.tokens, extra)
-    client = client_for(base, max(counts))
+    return tuple(counts)
+
+
+def request_for(args: argparse.Namespace, spec: ServerSpec, temperature: float) -> Request:
+    if spec.system == LLAMACPP:
+        # Its server sends no usage in a stream, so its tokens could not be counted honestly.
+        return Request(spec.model_name, temperature, args.tokens, LLAMACPP_SAMPLING, stream=False)
+    return Request(spec.model_name, temperature, args.tokens)
+
+
+def cell_of(
+    side: Side,
+    workload: Workload,
+    clients: int,
+    rounds: list[Round],
+    before: Samples | None,
+) -> Cell:
+    temperature = side.request.temperature
+    if before is None:
+        return Cell(side.system, workload.name, temperature, clients, tuple(rounds))
+    after = scrape(side.base)
+    gates, abandoned = gate_states(after)
+    counts = spec_counts(before, after)
+    return Cell(
+        side.system, workload.name, temperature, clients, tuple(rounds), counts, gates, abandoned
+    )
+
+
+def log_cell(cell: Cell) -> None:
+    accepted = f", acceptance {cell.acceptance:.0%}" if cell.acceptance is not None else ""
+    decode = cell.decode_aggregate
+    decoding = f", {decode:.1f} decode-only" if decode is not None else ""
+    log(
+        f"{cell.system:>18} {cell.workload} T={cell.temperature:g} {cell.clients} client(s): "
+        f"{cell.aggregate:.1f} tok/s aggregate{decoding}, {cell.per_client:.1f} per client"
+        f"{accepted}"
+    )
+
+
+async def measured_cells(
+    args: argparse.Namespace, sides: list[Side], workload: Workload
+) -> list[Cell]:
+    """The cells of servers that are all up: per client count, warm-up rounds for the
+    speculating server, then run r of every server before run r + 1 of any, so that a ratio
+    pairs runs measured seconds apart rather than minutes."""
+    temperature = sides[0].request.temperature
+    counts = client_counts(args, sides[0].system, temperature)
     cells = []
-    try:
-        # One untimed request: the first decode of a fresh server allocates its graphs.
-        await one_round(client, workload, Request(spec.model_name, temperature, 16, extra), 1, 0)
-        for clients in counts:
-            if speculating:
+    for clients in counts:
+        for side in sides:
+            if side.speculating:
                 for warm in range(args.warmup):
-                    await one_round(client, workload, request, clients, 100 + warm)
-            before = scrape(base) if speculating else {}
-            rounds = [
-                await one_round(client, workload, request, clients, run) for run in range(args.runs)
-            ]
-            cell = Cell(system, workload.name, temperature, clients, tuple(rounds))
-            if speculating:
-                after = scrape(base)
-                gates, abandoned = gate_states(after)
-                cell = Cell(
-                    system,
-                    workload.name,
-                    temperature,
-                    clients,
-                    tuple(rounds),
-                    spec_counts(before, after),
-                    gates,
-                    abandoned,
+                    await one_round(side.client, workload, side.request, clients, 100 + warm)
+        before = {side.system: scrape(side.base) for side in sides if side.speculating}
+        rounds: dict[str, list[Round]] = {side.system: [] for side in sides}
+        for run in range(args.runs):
+            # Alternate who goes first, so that neither system always runs right after the other.
+            for side in sides if run % 2 == 0 else sides[::-1]:
+                rounds[side.system].append(
+                    await one_round(side.client, workload, side.request, clients, run)
                 )
+        for side in sides:
+            cell = cell_of(side, workload, clients, rounds[side.system], before.get(side.system))
+            log_cell(cell)
             cells.append(cell)
-            accepted = f", acceptance {cell.acceptance:.0%}" if cell.acceptance is not None else ""
-            log(
-                f"{system:>18} {workload.name} T={temperature:g} {clients} client(s): "
-                f"{cell.aggregate:.1f} tok/s aggregate, {cell.per_client:.1f} per client{accepted}"
-            )
-    finally:
-        await client.close()
     return cells
+
+
+async def group_cells(
+    args: argparse.Namespace,
+    servers: list[tuple[ServerSpec, str]],
+    workload: Workload,
+    temperature: float,
+) -> list[Cell]:
+    counts = {client_counts(args, spec.system, temperature) for spec, _ in servers}
+    assert len(counts) == 1, "servers measured together share their client counts"
+    most = max(counts.pop())
+    sides = [
+        Side(spec.system, base, client_for(base, most), request_for(args, spec, temperature))
+        for spec, base in servers
+    ]
+    try:
+        for side in sides:
+            # One untimed request: the first decode of a fresh server allocates its graphs.
+            primer = dataclasses.replace(side.request, max_tokens=16)
+            await one_round(side.client, workload, primer, 1, 0)
+        return await measured_cells(args, sides, workload)
+    finally:
+        for side in sides:
+            await side.client.close()
 
 
 def server_for(args: argparse.Namespace, system: str, model: Path, group: str) -> ServerSpec:
@@ -268,6 +349,27 @@ def server_for(args: argparse.Namespace, system: str, model: Path, group: str) -
     return spec
 
 
+def served_cells(
+    args: argparse.Namespace,
+    model: Path,
+    systems: list[str],
+    workload: Workload,
+    temperature: float,
+    commands: dict[str, str],
+) -> list[Cell]:
+    """Start the systems' servers side by side (an idle one uses no CPU: its llama.cpp threads
+    sleep between requests), measure their cells together, stop them."""
+    group = f"{workload.name}-T{temperature:g}"
+    with contextlib.ExitStack() as stack:
+        servers = []
+        for system in systems:
+            spec = server_for(args, system, model, group)
+            commands[system] = spec.shown()
+            log_path = args.log_dir / f"{system.replace(' ', '-')}-{group}.log"
+            servers.append((spec, stack.enter_context(running(spec, log_path))))
+        return asyncio.run(group_cells(args, servers, workload, temperature))
+
+
 def measure(args: argparse.Namespace, model: Path) -> tuple[list[Cell], dict[str, str]]:
     cells: list[Cell] = []
     commands: dict[str, str] = {}
@@ -279,18 +381,13 @@ def measure(args: argparse.Namespace, model: Path) -> tuple[list[Cell], dict[str
                 f"(in-process) bench/raw_loop.py, n_ctx {args.ctx_size}, {args.threads} threads"
             )
         for temperature in args.temperatures:
-            group = f"{name}-T{temperature:g}"
-            # Systems interleaved per group: the cells a ratio compares are measured close in time.
-            for system in (PLAIN, AUTO, LLAMACPP):
-                if system not in args.systems:
-                    continue
-                if system == LLAMACPP and temperature not in args.llamacpp_temperatures:
-                    continue
-                spec = server_for(args, system, model, group)
-                commands[system] = spec.shown()
-                log_path = args.log_dir / f"{system.replace(' ', '-')}-{group}.log"
-                with running(spec, log_path) as base:
-                    cells += asyncio.run(server_cells(args, spec, base, workload, temperature))
+            # superfluid off and auto together, run by run: the pair a ratio compares is
+            # measured seconds apart. Off first: run 0 of a cell goes off, auto; run 1 auto, off.
+            superfluid = [system for system in (PLAIN, AUTO) if system in args.systems]
+            if superfluid:
+                cells += served_cells(args, model, superfluid, workload, temperature, commands)
+            if LLAMACPP in args.systems and temperature in args.llamacpp_temperatures:
+                cells += served_cells(args, model, [LLAMACPP], workload, temperature, commands)
     return cells, commands
 
 
@@ -351,6 +448,7 @@ def main(argv: list[str] | None = None) -> None:
         ctx_size=args.ctx_size,
         threads=args.threads,
         quick=args.quick,
+        interleaved=True,
     )
     shown = [
         a if a != str(model) else "<model>" for a in (argv if argv is not None else sys.argv[1:])
