@@ -1,8 +1,9 @@
 """The HTTP benchmark's report: a markdown page with one table per workload, the targets, and
 a grouped-bar plot.
 
-Ratios are of aggregate tokens per second (medians over runs). A target is printed next to the
-ratio it applies to, with ✓ or ✗; a miss is reported, never an error.
+Ratios are of aggregate tokens per second (medians over paired runs), end to end (prefill
+included) and decode-only (after the first content chunk). A target is judged on both and
+printed next to the ratio it applies to, with ✓ or ✗; a miss is reported, never an error.
 """
 
 from __future__ import annotations
@@ -12,18 +13,59 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.http_results import AUTO, LLAMACPP, PLAIN, RAW, SYSTEMS, Cell, Results
+from bench.http_load import Round
+from bench.http_results import AUTO, LLAMACPP, PLAIN, RAW, SYSTEMS, Cell, Results, Settings
 
+END_TO_END = "end-to-end"
+DECODE_ONLY = "decode-only"
+METRICS = (END_TO_END, DECODE_ONLY)
+
+
+def short(system: str) -> str:
+    """A system's name in a column header: superfluid's two are told apart by `--speculate`."""
+    return {AUTO: "auto", PLAIN: "off"}.get(system, system)
+
+
+@dataclass(frozen=True, slots=True)
+class RatioColumn:
+    numerator: str
+    denominator: str
+    metric: str
+
+    @property
+    def header(self) -> str:
+        head = f"{short(self.numerator)} / {short(self.denominator)}"
+        return head if self.metric == END_TO_END else f"{head} ({self.metric})"
+
+
+# Systems whose cells have a decode-only rate: llama-cpp-python's server is not streamed.
+DECODE_SYSTEMS = (AUTO, PLAIN, RAW)
+RATE_COLUMNS = tuple(
+    (system, metric)
+    for system in SYSTEMS
+    for metric in METRICS
+    if metric == END_TO_END or system in DECODE_SYSTEMS
+)
+RATIO_COLUMNS = tuple(
+    RatioColumn(numerator, denominator, metric)
+    for numerator, denominator in ((AUTO, PLAIN), (AUTO, LLAMACPP), (PLAIN, RAW))
+    for metric in METRICS
+    if metric == END_TO_END or denominator in DECODE_SYSTEMS
+)
 COLUMNS = (
     "T",
     "clients",
-    f"{AUTO} tok/s",
-    f"{PLAIN} tok/s",
-    f"{LLAMACPP} tok/s",
-    f"{RAW} tok/s",
-    "auto / off",
-    "auto / llama-cpp-python",
-    "off / raw loop",
+    *(
+        f"{short(system)} tok/s" if metric == END_TO_END else f"{short(system)} tok/s ({metric})"
+        for system, metric in RATE_COLUMNS
+    ),
+    *(column.header for column in RATIO_COLUMNS),
+)
+SPEC_COLUMNS = (
+    "T",
+    "clients",
+    "auto TTFT ms",
+    "off TTFT ms",
     "acceptance",
     "accepted / round",
     "gates after the cell (lanes: phase, depth)",
@@ -79,45 +121,69 @@ TARGETS = (
     ),
 )
 
-PAIRS = ((AUTO, PLAIN), (AUTO, LLAMACPP), (PLAIN, RAW))
-
 
 def temperature_label(temperature: float) -> str:
     return "greedy" if temperature == 0.0 else f"{temperature:g}"
 
 
-def _rate(cell: Cell | None) -> str:
-    if cell is None or not cell.rounds:
+def _aggregate(cell: Cell, metric: str) -> float | None:
+    return cell.aggregate if metric == END_TO_END else cell.decode_aggregate
+
+
+def _per_client(cell: Cell, metric: str) -> float | None:
+    return cell.per_client if metric == END_TO_END else cell.decode_per_client
+
+
+def _rate(cell: Cell | None, metric: str) -> str:
+    aggregate = _aggregate(cell, metric) if cell is not None and cell.rounds else None
+    if cell is None or aggregate is None:
         return "–"
-    if cell.clients == 1:
-        return f"{cell.aggregate:.1f}"
-    return f"{cell.aggregate:.1f} ({cell.per_client:.1f})"
+    per_client = _per_client(cell, metric)
+    if cell.clients == 1 or per_client is None:
+        return f"{aggregate:.1f}"
+    return f"{aggregate:.1f} ({per_client:.1f})"
 
 
-def paired_ratio(top: Cell | None, bottom: Cell | None) -> float | None:
+def _round_rate(round_: Round, metric: str) -> float | None:
+    return round_.aggregate if metric == END_TO_END else round_.decode_aggregate
+
+
+def paired_ratio(top: Cell | None, bottom: Cell | None, metric: str = END_TO_END) -> float | None:
     """Median over runs of run r's aggregate over the other system's run r: run r of every
-    system sends the same prompts, so each pair compares like with like."""
+    system sends the same prompts, so each pair compares like with like (and superfluid auto's
+    run r and off's were measured one right after the other)."""
     if top is None or bottom is None:
         return None
-    pairs = [
-        a.aggregate / b.aggregate
-        for a, b in zip(top.rounds, bottom.rounds, strict=False)
-        if b.aggregate > 0
-    ]
+    pairs = []
+    for a, b in zip(top.rounds, bottom.rounds, strict=False):
+        over, under = _round_rate(a, metric), _round_rate(b, metric)
+        if over is not None and under is not None and under > 0:
+            pairs.append(over / under)
     return statistics.median(pairs) if pairs else None
 
 
-def _ratio(results: Results, numerator: str, denominator: str, key: tuple[str, float, int]) -> str:
-    ratio = paired_ratio(results.cell(numerator, *key), results.cell(denominator, *key))
+def _targets_for(numerator: str, denominator: str, key: tuple[str, float, int]) -> list[Target]:
+    return [
+        target
+        for target in TARGETS
+        if (target.numerator, target.denominator) == (numerator, denominator)
+        and target.applies(*key)
+    ]
+
+
+def _mark(ratio: float, target: Target) -> str:
+    return "✓" if ratio >= target.minimum else "✗"
+
+
+def _ratio(results: Results, column: RatioColumn, key: tuple[str, float, int]) -> str:
+    ratio = paired_ratio(
+        results.cell(column.numerator, *key), results.cell(column.denominator, *key), column.metric
+    )
     if ratio is None:
         return "–"
     text = f"{ratio:.2f}×"
-    for target in TARGETS:
-        if (target.numerator, target.denominator) == (numerator, denominator) and target.applies(
-            *key
-        ):
-            mark = "✓" if ratio >= target.minimum else "✗"
-            text += f" (≥ {target.minimum:g} {mark})"
+    for target in _targets_for(column.numerator, column.denominator, key):
+        text += f" (≥ {target.minimum:g} {_mark(ratio, target)})"
     return text
 
 
@@ -150,34 +216,70 @@ def _spec_columns(cell: Cell | None) -> tuple[str, str]:
     return rate, per_round
 
 
-def table(results: Results, workload: str) -> list[str]:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    keys = sorted(
+def _keys(results: Results, workload: str) -> list[tuple[str, float, int]]:
+    return sorted(
         {c.key for c in results.cells if c.workload == workload and c.system != RAW},
         key=lambda k: (k[1], k[2]),
     )
-    for key in keys:
+
+
+def _rows(header: Sequence[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def table(results: Results, workload: str) -> list[str]:
+    """Rates and ratios, end to end and decode-only."""
+    rows = []
+    for key in _keys(results, workload):
+        _, temperature, clients = key
+        rows.append(
+            [
+                temperature_label(temperature),
+                str(clients),
+                *(_rate(results.cell(system, *key), metric) for system, metric in RATE_COLUMNS),
+                *(_ratio(results, column, key) for column in RATIO_COLUMNS),
+            ]
+        )
+    return _rows(COLUMNS, rows)
+
+
+def _ttft(cell: Cell | None) -> str:
+    ttft = cell.ttft if cell is not None else None
+    return "–" if ttft is None else f"{ttft * 1000:.0f}"
+
+
+def spec_table(results: Results, workload: str) -> list[str]:
+    """Time to the first content chunk, and what speculation did."""
+    rows = []
+    for key in _keys(results, workload):
         _, temperature, clients = key
         auto = results.cell(AUTO, *key)
         acceptance, per_round = _spec_columns(auto)
-        row = [
-            temperature_label(temperature),
-            str(clients),
-            *(_rate(results.cell(system, *key)) for system in SYSTEMS),
-            *(_ratio(results, a, b, key) for a, b in PAIRS),
-            acceptance,
-            per_round,
-            _gates(auto),
-        ]
-        lines.append("| " + " | ".join(row) + " |")
-    return lines
+        rows.append(
+            [
+                temperature_label(temperature),
+                str(clients),
+                _ttft(auto),
+                _ttft(results.cell(PLAIN, *key)),
+                acceptance,
+                per_round,
+                _gates(auto),
+            ]
+        )
+    return _rows(SPEC_COLUMNS, rows)
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     target: Target
     cell: str
-    ratio: float
+    ratio: float | None  # end to end
+    decode_ratio: float | None  # decode-only; None where a system has no decode-only rate
+
+    def met(self, metric: str) -> bool | None:
+        ratio = self.ratio if metric == END_TO_END else self.decode_ratio
+        return None if ratio is None else ratio >= self.target.minimum
 
 
 def verdicts(results: Results) -> list[Verdict]:
@@ -186,20 +288,36 @@ def verdicts(results: Results) -> list[Verdict]:
         for cell in results.cells:
             if cell.system != target.numerator or not target.applies(*cell.key):
                 continue
-            ratio = paired_ratio(cell, results.cell(target.denominator, *cell.key))
-            if ratio is None:
+            other = results.cell(target.denominator, *cell.key)
+            ratio = paired_ratio(cell, other, END_TO_END)
+            decode_ratio = paired_ratio(cell, other, DECODE_ONLY)
+            if ratio is None and decode_ratio is None:
                 continue
             label = f"{cell.workload}, {temperature_label(cell.temperature)}, {cell.clients} client{'s' if cell.clients > 1 else ''}"
-            found.append(Verdict(target, label, ratio))
+            found.append(Verdict(target, label, ratio, decode_ratio))
     return found
 
 
+def _judged(verdict: Verdict, metric: str) -> list[str]:
+    ratio = verdict.ratio if metric == END_TO_END else verdict.decode_ratio
+    met = verdict.met(metric)
+    if ratio is None or met is None:
+        return ["–", "–"]
+    return [f"{ratio:.2f}×", "✓" if met else "✗ miss"]
+
+
 def targets_table(results: Results) -> list[str]:
-    lines = ["| target | cell | measured | met |", "|---|---|---|---|"]
-    for verdict in verdicts(results):
-        met = "✓" if verdict.ratio >= verdict.target.minimum else "✗ miss"
-        lines.append(f"| {verdict.target.label} | {verdict.cell} | {verdict.ratio:.2f}× | {met} |")
-    return lines
+    header = ("target", "cell", "end-to-end", "met", "decode-only", "met")
+    rows = [
+        [
+            verdict.target.label,
+            verdict.cell,
+            *_judged(verdict, END_TO_END),
+            *_judged(verdict, DECODE_ONLY),
+        ]
+        for verdict in verdicts(results)
+    ]
+    return _rows(header, rows)
 
 
 def markdown(
@@ -234,23 +352,61 @@ def markdown(
         "",
         "## Results",
         "",
-        "Tokens per second are `usage.completion_tokens` over wall time, prefill included. With several "
-        "clients the figure is the aggregate (all clients' tokens over the round's wall time), and in "
-        "brackets the mean client's own rate (medians over runs). A ratio is the median over runs of "
-        "the paired ratio of aggregates: run *r* of every system sends the same prompts. Targets "
-        "are printed next to the ratio they apply to.",
+        "*auto* and *off* are superfluid with `--speculate auto` and `--speculate off`. "
+        "Two rates per cell, in tokens per second. **End to end**: `usage.completion_tokens` over "
+        "the wall time, prefill included. **Decode-only**: tokens after the first content chunk "
+        "over the time from that chunk to the last (see Method for several clients). With several "
+        "clients the figure is the aggregate, and in brackets the mean client's own rate (medians "
+        "over runs). A ratio is the median over runs of the paired ratio of aggregates: run *r* "
+        "of every system sends the same prompts. Targets are printed next to the ratios they "
+        "apply to, end to end and decode-only; the second table per workload has the median time "
+        "to the first content chunk (TTFT) and what speculation did.",
         "",
     ]
     for workload in s.workloads:
-        out += [f"### {workload}", "", *table(results, workload), ""]
+        out += [
+            f"### {workload}",
+            "",
+            *table(results, workload),
+            "",
+            *spec_table(results, workload),
+            "",
+        ]
     out += ["## Targets", "", *targets_table(results), ""]
     if plot:
-        out += [f"![aggregate tokens per second]({plot})", ""]
-    out += [*METHOD, *extra]
+        out += [f"![aggregate tokens per second, end to end and decode-only]({plot})", ""]
+    out += [*method(s), *extra]
     if results.notes:
         out += ["## Notes from this run", "", *(f"- {note}" for note in results.notes), ""]
     return "\n".join(out)
 
+
+def method(settings: Settings) -> list[str]:
+    servers = INTERLEAVED if settings.interleaved else ONE_AT_A_TIME
+    return [*METHOD[:3], servers, *METHOD[3:]]
+
+
+# How runs saved before the servers were interleaved were measured.
+ONE_AT_A_TIME = (
+    "- **One server at a time.** Each server is started on a free loopback port, waited for "
+    "(`/v1/models`), and stopped after its cells; a fresh server serves each workload × "
+    "temperature group, so no gate state or abandoned strategy carries from one workload to the "
+    "next. Every server answers one untimed request before its first cell."
+)
+INTERLEAVED = (
+    "- **superfluid auto and off interleaved.** Load on a shared machine drifts over minutes, so "
+    "the two are measured together: for each workload × temperature group both servers are "
+    "started (each on a free loopback port, waited for on `/v1/models`; a fresh pair per group, "
+    "so no gate state or abandoned strategy carries from one workload to the next), and for "
+    "each client count, after auto's warm-up rounds, run *r* of off and run *r* of auto go one "
+    "right after the other — off first for even *r*, auto first for odd *r* — before run "
+    "*r* + 1 of either. A paired ratio therefore compares runs seconds apart. The idle server "
+    "does not compete: its llama.cpp threads sleep between requests (measured: an idle "
+    "superfluid server used about 0.4% of one core over 10 s, by `/proc/PID/task/*/stat`). "
+    "llama-cpp-python's server is started on its own after the pair, and the raw loop runs "
+    "in-process before the servers of each workload. Every server answers one untimed request "
+    "before its first cell."
+)
 
 METHOD = [
     "## Method",
@@ -264,10 +420,6 @@ METHOD = [
     "server decodes one request at a time, so its N-client cells take N times as long; it is "
     "measured at the client counts and temperatures in the settings above (by default greedy, 1 "
     "and 4 clients: the cells its target needs).",
-    "- **One server at a time.** Each server is started on a free loopback port, waited for "
-    "(`/v1/models`), and stopped after its cells; a fresh server serves each workload × "
-    "temperature group, so no gate state or abandoned strategy carries from one workload to the "
-    "next. Every server answers one untimed request before its first cell.",
     "- **Workloads** (`bench/http_workloads.py`). copy-heavy: chat completions whose reply "
     "copies context (a code block to repeat, a file to return with one rename, paragraphs to "
     "quote). open-ended: text completions of story, letter and "
@@ -283,6 +435,23 @@ METHOD = [
     "adaptive depth learns per-position acceptance, so before measuring a speculating cell the "
     "harness sends warm-up rounds of the same workload at the same client count; they are not "
     "counted.",
+    "- **Streaming, TTFT and the two rates.** superfluid is sent `stream=true` with "
+    "`stream_options: {include_usage, continuous_usage_stats}`, so every content chunk carries "
+    "the reply's committed-token count so far (an accepted draft leaves as one chunk of several "
+    "tokens) and the closing chunk carries `superfluid.spec`. TTFT is the time from sending the "
+    "request to the first chunk with text. A reply's end-to-end rate is `completion_tokens` over "
+    "its whole request; its decode-only rate is the tokens after its first content chunk over "
+    "the time from that chunk to its closing chunk. A round's end-to-end aggregate is all its "
+    "tokens over the time from its first request to its last reply. Its decode-only aggregate "
+    "starts when the last of the *N* clients has had its first content chunk — from then on no "
+    "prompt is waiting to be prefilled — and ends at the last client's closing chunk; it counts "
+    "the tokens committed in that window (each client's total less what its chunks had counted "
+    "by the window's start). Taking the window from the earliest first chunk instead would "
+    "count other clients' prefills as decoding; summing per-client rates would count time in "
+    "which clients overlap twice. With one client both reduce to the reply's own rate. "
+    "llama-cpp-python's server sends no usage in a stream, so it is sent non-streaming requests "
+    "and has no TTFT or decode-only figure (–). The raw loop's decode-only rate is its tokens "
+    "after the first over the time after the prefill produced the first.",
     "- **Acceptance** is accepted / proposed draft tokens, summed over the replies' "
     "`superfluid.spec`. **Accepted per round** is a range from `/metrics` counter differences "
     "over the measured runs: every lane-step commits exactly one token that is not an accepted "
@@ -297,8 +466,10 @@ METHOD = [
     "*N*…1 as replies finish.",
     "- **Noise.** On 2 cores, llama.cpp's two compute threads spin at a barrier between "
     "operations; any other busy process (a test suite, another server) stalls every step, and "
-    "a second llama.cpp process on the machine slows decoding by an order of magnitude. The "
-    "harness waits for a quiet machine before measuring; the load is printed above.",
+    "a second busy llama.cpp process on the machine slows decoding by an order of magnitude. "
+    "The harness waits for a quiet machine before measuring; the load is printed above. "
+    "Decode-only rates leave out prefill, whose share of a short request varies most with the "
+    "prompt; interleaving leaves out drift between the two servers' runs.",
     "- Raw per-request replies, per-round figures and counters are written to "
     "`docs/benchmarks/http_bench.raw.json` (ignored by git).",
     "",
@@ -306,35 +477,39 @@ METHOD = [
 
 
 def plot(results: Results, path: Path) -> None:
-    """Grouped bars of aggregate tokens per second: one panel per workload, a group per
-    temperature × clients, a bar per system."""
+    """Grouped bars of aggregate tokens per second: a row per rate (end to end, decode-only), a
+    panel per workload, a group per temperature × clients, a bar per system."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     workloads = list(results.settings.workloads)
-    fig, axes = plt.subplots(1, len(workloads), figsize=(7 * len(workloads), 4.6), squeeze=False)
+    fig, axes = plt.subplots(
+        len(METRICS),
+        len(workloads),
+        figsize=(7 * len(workloads), 4.2 * len(METRICS)),
+        squeeze=False,
+    )
     colours = {AUTO: "#1f77b4", PLAIN: "#9e9e9e", LLAMACPP: "#ff7f0e", RAW: "#2ca02c"}
     width = 0.2
-    for ax, workload in zip(axes[0], workloads, strict=True):
-        keys = sorted(
-            {c.key for c in results.cells if c.workload == workload and c.system != RAW},
-            key=lambda k: (k[1], k[2]),
-        )
-        for index, system in enumerate(SYSTEMS):
-            xs, ys = [], []
-            for position, key in enumerate(keys):
-                cell = results.cell(system, *key)
-                if cell is not None and cell.rounds:
-                    xs.append(position + (index - 1.5) * width)
-                    ys.append(cell.aggregate)
-            ax.bar(xs, ys, width, label=system, color=colours[system])
-        ax.set_xticks(range(len(keys)))
-        ax.set_xticklabels([f"{temperature_label(t)}\n{c} cl." for _, t, c in keys])
-        ax.set_title(workload)
-        ax.set_ylabel("aggregate tokens/s")
-        ax.grid(axis="y", alpha=0.3)
+    for row, metric in zip(axes, METRICS, strict=True):
+        for ax, workload in zip(row, workloads, strict=True):
+            keys = _keys(results, workload)
+            for index, system in enumerate(SYSTEMS):
+                xs, ys = [], []
+                for position, key in enumerate(keys):
+                    cell = results.cell(system, *key)
+                    rate = _aggregate(cell, metric) if cell is not None and cell.rounds else None
+                    if rate is not None:
+                        xs.append(position + (index - 1.5) * width)
+                        ys.append(rate)
+                ax.bar(xs, ys, width, label=system, color=colours[system])
+            ax.set_xticks(range(len(keys)))
+            ax.set_xticklabels([f"{temperature_label(t)}\n{c} cl." for _, t, c in keys])
+            ax.set_title(f"{workload}, {metric}")
+            ax.set_ylabel(f"aggregate tokens/s, {metric}")
+            ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(loc="upper left", fontsize=8)
     fig.suptitle(f"{results.settings.model}, {results.machine.nproc} cores, {results.machine.date}")
     fig.tight_layout()
