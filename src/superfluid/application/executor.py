@@ -170,7 +170,9 @@ class Executor:
             return events
         decoding = sum(1 for lane in self._lanes if lane.pending is not None)
         started = self._clock()  # drafting and verifying are part of what speculation costs
-        plans = [self._plan(lane, decoding) for lane in self._lanes]
+        # One plan per tick: the gates answer per lane count, not per lane.
+        depth = self._tick_depth(decoding)
+        plans = [self._plan(lane, decoding, depth) for lane in self._lanes]
         try:
             rows = self._runtime.step([plan.feed for plan in plans])
         except Exception as error:  # a runtime fault fails this tick's lanes, not the server
@@ -288,23 +290,35 @@ class Executor:
 
     # -- one lane's feed -------------------------------------------------------------------
 
-    def _plan(self, lane: _Lane, decoding: int) -> _Plan:
+    def _tick_depth(self, decoding: int) -> int:
+        """This tick's draft depth for every lane that may draft; 0 decodes plainly."""
+        if self._drafter is None or decoding == 0:
+            return 0
+        if decoding > 1 and not self._caps.verify_batches:
+            return 0
+        if not any(
+            lane.draft_state is not None and lane.pending is not None for lane in self._lanes
+        ):
+            return 0  # no lane here drafts: do not ask (or wake) the gates
+        if self._policy is None:
+            return DEFAULT_DEPTH
+        return self._policy.plan(decoding).depth
+
+    def _plan(self, lane: _Lane, decoding: int, depth: int) -> _Plan:
         if lane.pending is None:
             chunk = lane.request.prompt[lane.prefilled : lane.prefilled + PREFILL_CHUNK]
             return _Plan(lane, Feed(lane.seq, chunk, lane.prefilled), [], prefill=True)
-        draft, q = self._draft(lane, decoding)
+        draft, q = self._draft(lane, depth)
         tokens = [lane.pending, *draft]
         return _Plan(
             lane, Feed(lane.seq, tokens, lane.kv_len, all_rows=bool(draft)), draft, False, q
         )
 
-    def _draft(self, lane: _Lane, decoding: int) -> tuple[list[int], DraftDistributions | None]:
+    def _draft(self, lane: _Lane, depth: int) -> tuple[list[int], DraftDistributions | None]:
         state = lane.draft_state
-        if state is None or (decoding > 1 and not self._caps.verify_batches):
+        if state is None or depth <= 0:
             return [], None
-        policy = self._policy
-        depth = policy.plan(decoding).depth if policy is not None else DEFAULT_DEPTH
-        if depth <= 0 or (policy is not None and not policy.may_draft(lane.request.id)):
+        if self._policy is not None and not self._policy.may_draft(lane.request.id):
             return [], None
         # A round commits up to len(draft) + 1 tokens: keep within max_tokens, the context
         # (the pending token takes a cell too) and the rows the runtime verifies at once.
