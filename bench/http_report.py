@@ -431,7 +431,7 @@ METHOD = [
     "`top_p=1, top_k=0, min_p=0, repeat_penalty=1` so that it samples the same distribution "
     "(its defaults would add a repeat penalty and top-k/min-p filtering).",
     "- **Warm-up.** The throughput gate measures speculation against plain decoding on live "
-    "traffic (a warm-up tick, 8 speculative and 8 plain probe ticks per lane count) and the "
+    "traffic (a warm-up tick, 24 speculative and 24 plain probe ticks per lane count) and the "
     "adaptive depth learns per-position acceptance, so before measuring a speculating cell the "
     "harness sends warm-up rounds of the same workload at the same client count; they are not "
     "counted.",

@@ -11,7 +11,7 @@ def test_a_miss_drops_the_next_draft_to_a_short_probe():
     assert ramp.cap(7) == PROBE_DEPTH
 
 
-def test_whole_acceptances_double_the_cap_up_to_the_policy_depth():
+def test_whole_acceptances_grow_the_cap_fourfold_up_to_the_policy_depth():
     ramp = DraftRamp()
     ramp.record(7, 0)
     caps = []
@@ -19,7 +19,7 @@ def test_whole_acceptances_double_the_cap_up_to_the_policy_depth():
         cap = ramp.cap(15)
         caps.append(cap)
         ramp.record(cap, cap)
-    assert caps == [2, 4, 8, 15]
+    assert caps == [2, 8, 15, 15]
 
 
 def test_the_cap_never_exceeds_the_policy_depth_nor_drops_below_one():
