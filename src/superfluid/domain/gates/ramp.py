@@ -17,6 +17,8 @@ through the executor, 3 repetitions: 2.09× plain decoding against 1.68× with d
 
 from __future__ import annotations
 
+from superfluid.domain.spec_settings import MAX_DRAFT_TOKENS
+
 #: The cap after a miss: a short draft that is cheap to verify and re-establishes a run.
 PROBE_DEPTH = 2
 
@@ -40,4 +42,4 @@ class DraftRamp:
         if accepted < drafted:
             self._cap = PROBE_DEPTH
         elif self._cap is not None:
-            self._cap *= GROWTH
+            self._cap = min(self._cap * GROWTH, MAX_DRAFT_TOKENS)  # no depth is deeper
