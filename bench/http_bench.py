@@ -106,6 +106,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--warmup", type=int, help="warm-up rounds before a speculating cell (default 1)"
     )
+    parser.add_argument(
+        "--warmup-max",
+        type=int,
+        help="more warm-up rounds, up to this many, until the gate at the cell's lane count has "
+        "decided (default 6)",
+    )
     parser.add_argument("--max-lanes", type=int, default=8, help="superfluid --max-lanes")
     parser.add_argument("--ctx-size", type=int, default=2048, help="context per lane / n_ctx")
     parser.add_argument(
@@ -133,6 +139,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.sampled_clients = args.sampled_clients or ((1, 4) if quick else (1, 2, 4))
     args.llamacpp_clients = args.llamacpp_clients or (1, 4)
     args.warmup = 1 if args.warmup is None else args.warmup
+    args.warmup_max = 6 if args.warmup_max is None else args.warmup_max
     args.out = args.out or (
         Path("/tmp/superfluid-http-bench/quick") if quick else Path("docs/benchmarks")
     )
@@ -282,6 +289,25 @@ def log_cell(cell: Cell) -> None:
     )
 
 
+#: Decided phases: the gate at that lane count has finished probing.
+SETTLED = ("speculate", "plain", "final-plain")
+
+
+async def warm_up(args: argparse.Namespace, side: Side, workload: Workload, clients: int) -> None:
+    """`--warmup` rounds, then more (up to `--warmup-max`) until the gate at this lane count
+    has decided: a cell measures the steady state, not the probes a fresh server runs once."""
+    for warm in range(max(args.warmup_max, args.warmup)):
+        if warm >= args.warmup and gate_settled(scrape(side.base), clients):
+            return
+        await one_round(side.client, workload, side.request, clients, 100 + warm)
+
+
+def gate_settled(samples: Samples, lanes: int) -> bool:
+    states, abandoned = gate_states(samples)
+    phase = next((state.phase for state in states if state.lanes == lanes), None)
+    return abandoned or phase is None or phase in SETTLED
+
+
 async def measured_cells(
     args: argparse.Namespace, sides: list[Side], workload: Workload
 ) -> list[Cell]:
@@ -294,8 +320,7 @@ async def measured_cells(
     for clients in counts:
         for side in sides:
             if side.speculating:
-                for warm in range(args.warmup):
-                    await one_round(side.client, workload, side.request, clients, 100 + warm)
+                await warm_up(args, side, workload, clients)
         before = {side.system: scrape(side.base) for side in sides if side.speculating}
         rounds: dict[str, list[Round]] = {side.system: [] for side in sides}
         for run in range(args.runs):
@@ -438,6 +463,7 @@ def main(argv: list[str] | None = None) -> None:
         max_tokens=args.tokens,
         runs=args.runs,
         warmup_rounds=args.warmup,
+        warmup_max=args.warmup_max,
         clients=args.clients,
         sampled_clients=args.sampled_clients,
         llamacpp_clients=args.llamacpp_clients,

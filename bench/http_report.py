@@ -336,7 +336,13 @@ def markdown(
         f"- `/proc/loadavg` when measuring began: `{m.load_before}`; at the end: `{m.load_after}`",
         f"- Python {m.python}, llama-cpp-python {m.llama_cpp_python}",
         f"- model: `{s.model}`; {s.max_tokens} tokens per request; {s.runs} measured run(s) per cell (median); "
-        f"{s.warmup_rounds} warm-up round(s) before each speculating cell; superfluid with "
+        f"{s.warmup_rounds} warm-up round(s) before each speculating cell"
+        + (
+            f", then more (up to {s.warmup_max}) until its lane count's gate has decided"
+            if s.warmup_max > s.warmup_rounds
+            else ""
+        )
+        + "; superfluid with "
         f"`--max-lanes {s.max_lanes} --ctx-size {s.ctx_size}`; llama-cpp-python at "
         f"{', '.join(map(str, s.llamacpp_clients))} client(s), "
         f"{', '.join(temperature_label(t) for t in s.llamacpp_temperatures)}; sampled cells at "
@@ -433,8 +439,11 @@ METHOD = [
     "- **Warm-up.** The throughput gate measures speculation against plain decoding on live "
     "traffic (a warm-up tick, 24 speculative and 24 plain probe ticks per lane count) and the "
     "adaptive depth learns per-position acceptance, so before measuring a speculating cell the "
-    "harness sends warm-up rounds of the same workload at the same client count; they are not "
-    "counted.",
+    "harness sends warm-up rounds of the same workload at the same client count, and keeps "
+    "sending them (up to `--warmup-max` rounds) until `/metrics` shows the gate at that lane "
+    "count decided (`speculate` or `plain`): a long-running server probes each lane count once, "
+    "so a cell measures its steady state, not a fresh server's probes. Warm-up rounds are not "
+    "counted; re-checks the gate makes during the measured runs are.",
     "- **Streaming, TTFT and the two rates.** superfluid is sent `stream=true` with "
     "`stream_options: {include_usage, continuous_usage_stats}`, so every content chunk carries "
     "the reply's committed-token count so far (an accepted draft leaves as one chunk of several "

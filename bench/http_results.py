@@ -112,6 +112,9 @@ class Settings:
     quick: bool
     # superfluid auto and off measured run by run, both servers up (False in runs saved before)
     interleaved: bool = False
+    # warm-up rounds continue, up to this many, until the cell's lane count's gate has decided
+    # (0 in runs saved before: a fixed number of rounds)
+    warmup_max: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -214,3 +214,26 @@ def test_a_saved_run_reports_the_same_after_loading(tmp_path: Path):
     path = tmp_path / "run.raw.json"
     results.save(path)
     assert markdown(Results.load(path)) == markdown(results)
+
+
+def _gate_samples(phase: str, lanes: int = 1) -> dict:
+    labels = (("lanes", str(lanes)),)
+    return {
+        ("superfluid_spec_depth", labels): 4.0,
+        ("superfluid_spec_gate_speculating", labels): 1.0,
+        ("superfluid_spec_gate_phase", (*labels, ("phase", phase))): 1.0,
+        ("superfluid_spec_gate_phase", (*labels, ("phase", "warm-up"))): 0.0,
+        ("superfluid_spec_strategy_abandoned", ()): 0.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("phase", "settled"),
+    [("speculate", True), ("plain", True), ("probe-spec", False), ("probe-plain", False)],
+)
+def test_warm_up_goes_on_until_the_cells_lane_count_has_decided(phase: str, settled: bool):
+    from bench.http_bench import gate_settled
+
+    assert gate_settled(_gate_samples(phase, lanes=4), 4) is settled
+    # Another lane count's probes do not hold the cell back.
+    assert gate_settled(_gate_samples(phase, lanes=3), 4) is True
