@@ -22,12 +22,15 @@ Measurement rules:
 - A tick whose clock did not advance (seconds ≤ 0, or not finite) is dropped: it says nothing.
 
 Probe sizes: 24 measured ticks each way, windows of 256 drafted ticks, early stop checked from
-the 16th tick of a window with a 10% margin below plain ("clearly below"). A speculating probe
+the 48th drafted tick of a window with a 10% margin below plain ("clearly below"). A speculating probe
 must span more than one stretch of a reply: copy-heavy replies alternate runs accepted whole
 with edits that miss several rounds in a row, and an 8-tick probe that fell on the edits sent
 one lane to plain decoding for the next 32 requests on prompts where speculation was 1.6–2.6×
 faster overall (measured through the executor on the HTTP bench's copy-heavy prompts). 24 ticks
-cost little where speculation loses: a tick that drafts nothing is a plain tick.
+cost little where speculation loses: a tick that drafts nothing is a plain tick. The early stop
+waits for 48 drafted ticks for the same reason: a window that opens on an edit is not yet a
+strategy that stopped paying, and a stop costs a re-check and possibly 32 requests of plain
+decoding.
 
 Invariant: the gate holds no state about any other lane count.
 """
@@ -47,7 +50,7 @@ class GateTuning:
 
     probe_ticks: int = 24
     window_ticks: int = 256
-    early_stop_ticks: int = 16
+    early_stop_ticks: int = 48
     early_stop_ratio: float = 0.9
 
     def __post_init__(self) -> None:
