@@ -8,10 +8,9 @@ from superfluid.domain.gates.depth import (
     ROUNDS_BEFORE_TUNING,
     DepthController,
     DepthMode,
-    StepCosts,
     best_depth,
-    prior_row_cost,
 )
+from superfluid.domain.gates.step_cost import StepCosts, prior_row_cost
 
 
 def goodput(cumulative, cost, k):

@@ -31,16 +31,7 @@ import enum
 import math
 from collections.abc import Callable, Sequence
 
-from superfluid.domain.gates.step_cost import ROW_COST_SLOPE, StepCosts, prior_row_cost
-
-__all__ = [
-    "ROW_COST_SLOPE",
-    "DepthController",
-    "DepthMode",
-    "StepCosts",
-    "best_depth",
-    "prior_row_cost",
-]
+from superfluid.domain.gates.step_cost import StepCosts
 
 #: Acceptance counts decay by this factor per observation, a memory of about 64 rounds.
 ACCEPTANCE_DECAY = 1.0 - 1.0 / 64.0
