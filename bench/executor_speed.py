@@ -102,11 +102,10 @@ def main() -> None:
     parser.add_argument("--model", type=Path)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--bitexact", action="store_true")
     args = parser.parse_args()
     model = args.model or demo_model_path(Path.home() / ".superfluid")
-    runtime = LlamaCppRuntime.load(model, ctx_size=2048, max_sequences=4, bitexact=args.bitexact)
-    print(f"model: {model.name}  bitexact: {args.bitexact}  tokens/request: {args.tokens}\n")
+    runtime = LlamaCppRuntime.load(model, ctx_size=2048, max_sequences=4)
+    print(f"model: {model.name}  tokens/request: {args.tokens}\n")
     print("| workload | lanes | plain tok/s | prompt-lookup tok/s | ratio | acceptance |")
     print("|---|---|---|---|---|---|")
     for name, prompt in WORKLOADS.items():

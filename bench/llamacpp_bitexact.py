@@ -1,13 +1,17 @@
-"""How far do batched logits rows stay equal to one-at-a-time rows on the llamacpp runtime?
+"""Which llama.cpp kernel configurations keep a row's logits independent of its batch?
 
-Speculative verification feeds a lane's pending token plus k drafts in one pass and reads k+1
-rows; plain decoding reads one row per pass. The output is token-for-token the plain output only
-while those rows agree. For N = 1..16 this feeds N tokens at once after a shared prompt and
-compares every row with the row one-at-a-time decoding gives at that position, in three
-configurations: the default; bit-exact mode's kernels (flash attention on, no weight repacking,
-BF16 KV cache) with the whole step in one decode; and bit-exact mode as shipped (at most
-BITEXACT_ROWS tokens per decode). Each after a short context and after one past 512 KV cells.
-A second table checks lane invariance: lane 0's rows alone versus packed with other lanes.
+Speculative greedy output is plain greedy output only if the k+1 rows of a verify step equal,
+bit for bit, the rows one-at-a-time decoding computes. For each candidate configuration (one
+knob away from the served one, plus llama.cpp's defaults) this checks, after a short context
+and after one past 512 KV cells:
+
+- rows: N tokens fed at once against the same tokens fed one at a time, N = 1..16;
+- prefill: the last row of a whole prompt fed in one step (512-token decodes) against the
+  one-at-a-time row;
+- lanes: the rows of 1, 4 and 9 tokens packed with 1 or 3 other lanes against alone;
+- cells: a lane whose neighbour cut its tail (freeing cells) against the lane alone.
+
+Each candidate runs in a subprocess, since llama.cpp's tiled-matmul switch is per process.
 
     .venv/bin/python -m bench.llamacpp_bitexact [--model PATH] [--threads N]
 """
@@ -15,12 +19,22 @@ A second table checks lane invariance: lane 0's rows alone versus packed with ot
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from superfluid.adapters.llamacpp import LlamaCppRuntime, demo_model_path
+from superfluid.adapters.llamacpp.kernels import (
+    BATCH_INVARIANT,
+    GGML_TYPE_F16,
+    LLAMACPP_DEFAULT,
+    Kernels,
+)
 from superfluid.application.ports import Feed, Logits
 
 PROMPT = (
@@ -34,90 +48,113 @@ MAX_N = 16
 # Past 512 KV cells a one-token decode on several threads takes llama.cpp's split-KV path.
 LONG = 700
 
+CANDIDATES: dict[str, Kernels] = {
+    "served (batch-invariant)": BATCH_INVARIANT,
+    "tiled K-quant matmul on": dataclasses.replace(BATCH_INVARIANT, tiled_kquants=True),
+    "repacked weights": dataclasses.replace(BATCH_INVARIANT, repack_weights=True),
+    "F16 KV cache": dataclasses.replace(BATCH_INVARIANT, kv_type=GGML_TYPE_F16),
+    "one unified KV cache": dataclasses.replace(BATCH_INVARIANT, stream_per_sequence=False),
+    "llama.cpp defaults": LLAMACPP_DEFAULT,
+}
 
-def rows_of(rt: LlamaCppRuntime, seq: int, held: int, tokens: list[int]) -> tuple[Logits, Logits]:
-    """(rows fed one at a time, rows fed all at once) after `held` positions; cut back after."""
-    single = np.stack([rt.step([Feed(seq, [t], held + i)])[0][0] for i, t in enumerate(tokens)])
+
+def one_at_a_time(rt: LlamaCppRuntime, seq: int, held: int, tokens: list[int]) -> Logits:
+    rows = np.stack([rt.step([Feed(seq, [t], held + i)])[0][0] for i, t in enumerate(tokens)])
     rt.cut(seq, held)
-    packed = rt.step([Feed(seq, tokens, held, all_rows=True)])[0]
-    rt.cut(seq, held)
-    return single, packed
+    return rows
 
 
-def row_table(rt: LlamaCppRuntime, prompt: list[int], tokens: list[int]) -> int:
-    """Print the N table; return the largest N up to which every row is bit-identical."""
+def check(rt: LlamaCppRuntime, prompt: list[int], tokens: list[int]) -> dict[str, object]:
+    held = len(prompt)
+    # The other lanes' cells come first, so cells they free lie before this lane's.
+    others = [rt.new_sequence() for _ in range(3)]
+    starts = [held - 5 * (i + 1) for i in range(3)]
+    for other, start in zip(others, starts, strict=True):
+        rt.step([Feed(other, prompt[:start], 0)])
     seq = rt.new_sequence()
-    try:
-        rt.step([Feed(seq, prompt, 0)])
-        reference, _ = rows_of(rt, seq, len(prompt), tokens)
-        print(f"{'N':>3} {'max |diff|':>11} {'argmax agree':>13} {'identical rows':>15}")
-        exact_up_to, still_exact = 0, True
-        for n in range(1, len(tokens) + 1):
-            rows = rt.step([Feed(seq, tokens[:n], len(prompt), all_rows=True)])[0]
-            rt.cut(seq, len(prompt))
-            diffs = [float(np.max(np.abs(rows[i] - reference[i]))) for i in range(n)]
-            agree = sum(int(np.argmax(rows[i]) == np.argmax(reference[i])) for i in range(n))
-            identical = sum(int(d == 0.0) for d in diffs)
-            still_exact = still_exact and identical == n
-            exact_up_to = n if still_exact else exact_up_to
-            print(f"{n:>3} {max(diffs):>11.6f} {agree:>6}/{n:<6} {identical:>8}/{n:<6}")
-        return exact_up_to
-    finally:
-        rt.free_sequence(seq)
+    rt.step([Feed(seq, prompt, 0)])
+    reference = one_at_a_time(rt, seq, held, tokens)
+    differing = []
+    for n in range(1, len(tokens) + 1):
+        rows = rt.step([Feed(seq, tokens[:n], held, all_rows=True)])[0]
+        rt.cut(seq, held)
+        if not np.array_equal(rows, reference[:n]):
+            differing.append(n)
+    rt.cut(seq, 0)
+    last = rt.step([Feed(seq, prompt + tokens, 0)])[0][0]
+    prefill = bool(np.array_equal(last, reference[-1]))
+    rt.cut(seq, held)
+    lanes_differing = []
+    for per_lane in (1, 4, 9):
+        for lanes in (2, 4):
+            feeds = [Feed(seq, tokens[:per_lane], held, all_rows=True)]
+            feeds += [
+                Feed(o, tokens[:per_lane], s, all_rows=True)
+                for o, s in zip(others[: lanes - 1], starts, strict=False)
+            ]
+            rows = rt.step(feeds)[0]
+            for feed in feeds:
+                rt.cut(feed.seq, feed.start)
+            if not np.array_equal(rows, reference[:per_lane]):
+                lanes_differing.append(f"{lanes}x{per_lane}")
+    # Cells: a neighbour cuts half its positions off, then this lane refills and decodes on.
+    rt.cut(others[0], starts[0] // 2)
+    rt.cut(seq, 0)
+    rt.step([Feed(seq, prompt, 0)])
+    rows = np.stack([rt.step([Feed(seq, [t], held + i)])[0][0] for i, t in enumerate(tokens)])
+    cells = bool(np.array_equal(rows, reference))
+    for s in (seq, *others):
+        rt.free_sequence(s)
+    return {
+        "rows differing at N": differing,
+        "prefill identical": prefill,
+        "lanes differing": lanes_differing,
+        "after a neighbour's cut": cells,
+    }
 
 
-def lane_table(rt: LlamaCppRuntime, prompt: list[int], tokens: list[int]) -> None:
-    """Lane 0's rows for 1 and 4 tokens, alone and packed with 1..3 other lanes doing the same."""
-    seqs = [rt.new_sequence() for _ in range(4)]
-    try:
-        held = [len(prompt) - 3 * i for i in range(4)]
-        for seq, n in zip(seqs, held, strict=True):
-            rt.step([Feed(seq, prompt[:n], 0)])
-        print(f"{'lanes':>5} {'rows/lane':>9} {'max |diff| vs alone':>20} {'argmax agree':>13}")
-        for per_lane in (1, 4):
-            feed = tokens[:per_lane]
-            alone = rt.step([Feed(seqs[0], feed, held[0], all_rows=True)])[0]
-            rt.cut(seqs[0], held[0])
-            for lanes in range(2, 5):
-                feeds = [Feed(s, feed, held[i], all_rows=True) for i, s in enumerate(seqs[:lanes])]
-                packed = rt.step(feeds)[0]
-                for i, s in enumerate(seqs[:lanes]):
-                    rt.cut(s, held[i])
-                diff = float(np.max(np.abs(packed - alone)))
-                agree = int((packed.argmax(axis=1) == alone.argmax(axis=1)).all())
-                print(f"{lanes:>5} {per_lane:>9} {diff:>20.6f} {agree:>13}")
-    finally:
-        for seq in seqs:
-            rt.free_sequence(seq)
-
-
-CONFIGS = (
-    ("default", False, False),
-    ("bit-exact kernels, whole step in one decode", True, True),
-    ("bit-exact as shipped", True, False),
-)
+def run_candidate(name: str, model: Path, threads: int | None) -> None:
+    kernels = CANDIDATES[name]
+    with LlamaCppRuntime.load(
+        model, ctx_size=1024, max_sequences=4, n_threads=threads, kernels=kernels
+    ) as rt:
+        tokens = (rt.tokenize(CONTINUATION, add_special=False) * 2)[:MAX_N]
+        results = {
+            "short": check(rt, rt.tokenize(PROMPT, add_special=True), tokens),
+            "long": check(rt, rt.tokenize((PROMPT + " ") * 30, add_special=True)[:LONG], tokens),
+        }
+    print(json.dumps(results))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--candidate", help=argparse.SUPPRESS)
     args = parser.parse_args()
     home = Path(os.environ.get("SUPERFLUID_HOME", "~/.superfluid")).expanduser()
     model = args.model or demo_model_path(home)
-    for label, bitexact, one_decode in CONFIGS:
-        with LlamaCppRuntime.load(
-            model, ctx_size=1024, max_sequences=4, bitexact=bitexact, n_threads=args.threads
-        ) as rt:
-            if one_decode:
-                rt.tokens_per_decode = 512
-            tokens = rt.tokenize(CONTINUATION, add_special=False)[:MAX_N]
-            long_prompt = rt.tokenize((PROMPT + " ") * 30, add_special=True)[:LONG]
-            for prompt in (rt.tokenize(PROMPT, add_special=True), long_prompt):
-                print(f"\n== {label}: {model.name}, {len(prompt)}-token context ==")
-                exact = row_table(rt, prompt, tokens)
-                print(f"rows bit-identical to one-at-a-time decoding for N <= {exact}")
-                lane_table(rt, prompt, tokens)
+    if args.candidate:
+        run_candidate(args.candidate, model, args.threads)
+        return
+    print(f"model: {model.name}; contexts of {len(PROMPT.split())} words and {LONG} tokens\n")
+    print("| configuration | context | rows differ at N | prefill | lanes differ | after a cut |")
+    print("|---|---|---|---|---|---|")
+    for name in CANDIDATES:
+        command = [sys.executable, "-m", "bench.llamacpp_bitexact", "--candidate", name]
+        command += ["--model", str(model)]
+        if args.threads:
+            command += ["--threads", str(args.threads)]
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        for context, result in json.loads(out.splitlines()[-1]).items():
+            differing = result["rows differing at N"]
+            rows = "none" if not differing else f"{differing[0]}..{differing[-1]}"
+            print(
+                f"| {name} | {context} | {rows} | "
+                f"{'same' if result['prefill identical'] else 'differs'} | "
+                f"{', '.join(result['lanes differing']) or 'none'} | "
+                f"{'same' if result['after a neighbour' + chr(39) + 's cut'] else 'differs'} |"
+            )
 
 
 if __name__ == "__main__":

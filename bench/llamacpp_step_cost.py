@@ -2,8 +2,8 @@
 
 The adaptive depth gate (SPECULATION.md §7) picks k from c(r), the cost of a verify step with r
 rows. This times a step feeding r = 1, 2, 4, 8, 16 tokens with a row after each (one lane), and
-2 and 4 lanes feeding one token each, relative to one lane and one row, in the default
-configuration and in bit-exact mode. Shapes are interleaved rep by rep; the median is what a
+2 and 4 lanes feeding one token each, relative to one lane and one row, on the served
+(batch-invariant) kernels and on llama.cpp's defaults. Shapes are interleaved rep by rep; the median is what a
 busy machine gives, the minimum what a quiet one does.
 
     .venv/bin/python -m bench.llamacpp_step_cost [--model PATH] [--threads N] [--reps N]
@@ -14,16 +14,19 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from superfluid.adapters.llamacpp import LlamaCppRuntime, demo_model_path
+from superfluid.adapters.llamacpp.kernels import BATCH_INVARIANT, LLAMACPP_DEFAULT
 from superfluid.application.ports import Feed
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle. " * 4
 
 
-SHAPES = ((1, 1), (1, 2), (1, 4), (1, 8), (1, 16), (2, 1), (4, 1))  # (lanes, rows per lane)
+SHAPES = ((1, 1), (1, 2), (1, 4), (1, 8), (1, 16), (2, 1), (4, 1), (4, 4))  # (lanes, rows per lane)
 
 
 def step_once(rt: LlamaCppRuntime, seqs: list[int], held: int, lanes: int, rows: int) -> float:
@@ -51,39 +54,59 @@ def measure(
     return samples
 
 
+KERNELS = {"served": BATCH_INVARIANT, "llama.cpp-defaults": LLAMACPP_DEFAULT}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument(
+        "--kernels",
+        choices=sorted(KERNELS),
+        help="measure one configuration in this process (default: each in a subprocess, in turn)",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="subprocess rounds per configuration")
     args = parser.parse_args()
     home = Path(os.environ.get("SUPERFLUID_HOME", "~/.superfluid")).expanduser()
     model = args.model or demo_model_path(home)
-    for bitexact in (False, True):
-        with LlamaCppRuntime.load(
-            model, ctx_size=1024, max_sequences=4, bitexact=bitexact, n_threads=args.threads
-        ) as rt:
-            prompt = rt.tokenize(PROMPT, add_special=True)
-            seqs = [rt.new_sequence() for _ in range(4)]
-            for s in seqs:
-                rt.step([Feed(s, prompt, 0)])
-            label = "bit-exact" if bitexact else "default"
-            print(f"\n== {label}: {model.name}, {len(prompt)}-token context ==")
-            samples = measure(rt, seqs, len(prompt), args.reps)
-            base_median = statistics.median(samples[(1, 1)])
-            base_min = min(samples[(1, 1)])
-            print(f"{'shape':>18} {'median ms':>10} {'x':>6} {'min ms':>8} {'x':>6}")
-            for (lanes, rows), times in samples.items():
-                med, low = statistics.median(times), min(times)
-                shape = (
-                    f"{lanes} lane{'s' if lanes > 1 else ''} x {rows} row{'s' if rows > 1 else ''}"
-                )
-                print(
-                    f"{shape:>18} {med * 1e3:>10.2f} {med / base_median:>6.2f}"
-                    f" {low * 1e3:>8.2f} {low / base_min:>6.2f}"
-                )
-            for s in seqs:
-                rt.free_sequence(s)
+    if args.kernels is None:
+        # llama.cpp's tiled-matmul switch is per process: one subprocess per configuration,
+        # alternated, so load elsewhere on the machine hits both alike.
+        for _ in range(args.rounds):
+            for name in KERNELS:
+                command = [sys.executable, "-m", "bench.llamacpp_step_cost", "--kernels", name]
+                command += ["--model", str(model), "--reps", str(args.reps)]
+                if args.threads:
+                    command += ["--threads", str(args.threads)]
+                subprocess.run(command, check=True)
+        return
+    with LlamaCppRuntime.load(
+        model,
+        ctx_size=1024,
+        max_sequences=4,
+        n_threads=args.threads,
+        kernels=KERNELS[args.kernels],
+    ) as rt:
+        prompt = rt.tokenize(PROMPT, add_special=True)
+        seqs = [rt.new_sequence() for _ in range(4)]
+        for s in seqs:
+            rt.step([Feed(s, prompt, 0)])
+        print(f"\n== {args.kernels}: {model.name}, {len(prompt)}-token context ==")
+        samples = measure(rt, seqs, len(prompt), args.reps)
+        base_median = statistics.median(samples[(1, 1)])
+        base_min = min(samples[(1, 1)])
+        print(f"{'shape':>18} {'median ms':>10} {'x':>6} {'min ms':>8} {'x':>6}")
+        for (lanes, rows), times in samples.items():
+            med, low = statistics.median(times), min(times)
+            shape = f"{lanes} lane{'s' if lanes > 1 else ''} x {rows} row{'s' if rows > 1 else ''}"
+            print(
+                f"{shape:>18} {med * 1e3:>10.2f} {med / base_median:>6.2f}"
+                f" {low * 1e3:>8.2f} {low / base_min:>6.2f}"
+            )
+        for s in seqs:
+            rt.free_sequence(s)
 
 
 if __name__ == "__main__":

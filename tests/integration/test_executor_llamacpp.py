@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
@@ -68,14 +70,6 @@ def runtime(demo_gguf):
         yield loaded
 
 
-@pytest.fixture(scope="module")
-def exact_runtime(demo_gguf):
-    from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
-
-    with LlamaCppRuntime.load(demo_gguf, ctx_size=1024, max_sequences=4, bitexact=True) as loaded:
-        yield loaded
-
-
 def test_four_lanes_decode_together_and_all_finish(runtime):
     outs, lasts, widest = generate(runtime, OPEN_PROMPTS, speculate=False, max_tokens=16)
     assert widest == 4, "the lanes never decoded in one step"
@@ -91,26 +85,111 @@ def test_prompt_lookup_accepts_drafts_on_a_copy_heavy_prompt(runtime):
     assert last.spec.accepted > 0
 
 
-def test_in_bitexact_mode_speculative_greedy_equals_plain_greedy(exact_runtime):
-    depth = exact_runtime.capabilities.max_verify_rows - 1
+# Exactness: greedy output with speculation is plain greedy output, token for token, whatever
+# the depth, the lane count and what the other lanes do (kernels.py says why it holds).
+
+SENTENCES = [
+    "The committee met on Tuesday to review the budget for the new library wing.",
+    "def total(items):\n    return sum(item.price * item.count for item in items)\n",
+    "Rain fell over the harbour while the fishing boats waited for the tide.",
+    "Step 3: remove the cover, disconnect the battery and wait ten seconds.",
+    "The invoice lists 12 chairs, 3 tables and a lamp, shipped to the Leeds office.",
+    "She wrote that the experiment failed twice before the sensor was recalibrated.",
+    "<tr><td>Oslo</td><td>Norway</td><td>709,037</td></tr>\n",
+    "Users report that the export button freezes when the file is larger than 2 GB.",
+]
+
+
+def long_conversation(turns: int) -> str:
+    """A multi-turn, copy-heavy prompt of roughly 160 tokens a turn."""
+    parts = []
+    for turn in range(turns):
+        picked = [SENTENCES[(turn * 3 + i) % len(SENTENCES)] for i in range(4)]
+        parts.append(f"<user> Turn {turn}: please repeat these notes.\n" + " ".join(picked))
+        parts.append("<assistant> " + " ".join(picked))
+    return "\n".join(parts) + "\n<user> Repeat the notes of turn 2 once more.\n<assistant>"
+
+
+@pytest.fixture(scope="module")
+def long_runtime(demo_gguf):
+    from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
+
+    with LlamaCppRuntime.load(demo_gguf, ctx_size=2048, max_sequences=4) as loaded:
+        yield loaded
+
+
+def plain_reference(runtime, prompts, max_tokens):
+    """Each prompt decoded alone, one token a step: the output every other run must equal."""
+    return [
+        generate(runtime, [p], speculate=False, lanes=1, max_tokens=max_tokens)[0][0]
+        for p in prompts
+    ]
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4])
+def test_speculative_greedy_equals_plain_greedy_at_every_depth_and_lane_count(runtime, lanes):
     prompts = [COPY_PROMPT, *OPEN_PROMPTS[:3]]
-    plain, _, _ = generate(exact_runtime, prompts, speculate=False, max_tokens=40)
-    spec, lasts, _ = generate(exact_runtime, prompts, speculate=True, max_tokens=40, depth=depth)
+    plain = plain_reference(runtime, prompts, 40)
+    for depth in (3, 8, 15):
+        spec, lasts, _ = generate(
+            runtime, prompts, speculate=True, max_tokens=40, depth=depth, lanes=lanes
+        )
+        assert spec == plain, f"depth {depth}, {lanes} lane(s)"
+        assert sum(last.spec.accepted for last in lasts) > 0
+
+
+def test_on_long_contexts_speculation_and_load_change_no_token(long_runtime):
+    prompts = [long_conversation(turns) for turns in (10, 11, 12, 10)]
+    sizes = [len(long_runtime.tokenize(p, add_special=True)) for p in prompts]
+    assert min(sizes) > 1500, sizes
+    assert max(sizes) + 48 < 2048, sizes
+    plain = plain_reference(long_runtime, prompts, 48)
+    assert all(len(out) == 48 for out in plain)
+    together, _, widest = generate(long_runtime, prompts, speculate=False, max_tokens=48)
+    spec, lasts, _ = generate(long_runtime, prompts, speculate=True, max_tokens=48, depth=15)
+    assert widest == 4
+    assert together == plain
     assert spec == plain
     assert sum(last.spec.accepted for last in lasts) > 0
 
 
-def test_default_mode_agreement_with_plain_greedy_is_measured(runtime, record_property):
-    # Without bitexact, batched rows may differ from single rows in the last bits, and greedy
-    # can flip on a near-tie. Record the agreement; require only that the copy is mostly kept.
-    (plain,), _, _ = generate(runtime, [COPY_PROMPT], speculate=False, lanes=1, max_tokens=40)
-    (spec,), _, _ = generate(runtime, [COPY_PROMPT], speculate=True, lanes=1, max_tokens=40)
-    agree = next(
-        (i for i, (a, b) in enumerate(zip(plain, spec, strict=False)) if a != b),
-        min(len(plain), len(spec)),
+def test_with_the_default_gates_greedy_output_is_plain_greedy(long_runtime):
+    # The gates pick depths per tick and the ramp cuts drafts short after a miss: any depth
+    # sequence must leave the output alone.
+    prompts = [COPY_PROMPT, long_conversation(6), *OPEN_PROMPTS[:2]]
+    plain = plain_reference(long_runtime, prompts, 64)
+    executor = Executor(
+        long_runtime,
+        max_lanes=4,
+        clock=time.perf_counter,
+        drafter=PromptLookupDrafter(),
+        policy=SpecPolicy(SpecSettings(), default_depth=4, depth_cap=15),
     )
-    record_property("default_mode_agreeing_prefix", f"{agree}/{len(plain)}")
-    print(
-        f"default mode: speculative greedy agrees with plain greedy for {agree}/{len(plain)} tokens"
+    requests = [
+        GenerationRequest(long_runtime.tokenize(p, add_special=True), GREEDY, 64) for p in prompts
+    ]
+    for request in requests:
+        executor.submit(request)
+    out = {r.id: [] for r in requests}
+    while not executor.idle:
+        for event in executor.tick():
+            out[event.request_id].extend(event.tokens)
+    assert [out[r.id] for r in requests] == plain
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(
+    picks=st.lists(st.integers(0, len(SENTENCES) - 1), min_size=2, max_size=6),
+    repeat=st.integers(0, 3),
+    depth=st.sampled_from([2, 5, 15]),
+)
+def test_prompts_hypothesis_chooses_decode_the_same_with_and_without_drafts(
+    runtime, picks, repeat, depth
+):
+    body = " ".join(SENTENCES[i] for i in picks)
+    prompt = f"Notes:\n{body}\n\nThe notes again:\n" + " ".join(
+        SENTENCES[i] for i in picks[:repeat]
     )
-    assert agree >= len(plain) // 2
+    plain = plain_reference(runtime, [prompt], 32)
+    spec, _, _ = generate(runtime, [prompt], speculate=True, lanes=1, max_tokens=32, depth=depth)
+    assert spec == plain

@@ -97,7 +97,6 @@ def test_help_lists_every_speculation_flag():
         "--spec-gate-reprobe",
         "--spec-gate-reprobe-max",
         "--spec-max-temperature",
-        "--spec-bitexact",
         "--max-lanes",
         "--ctx-size",
         "--api-key",

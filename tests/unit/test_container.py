@@ -29,7 +29,7 @@ def container_for(models, speculate, *, cut_refusal=None, settings=None):
     )
     container = Container(plan=plan)
 
-    def fake_loader(path, *, ctx_size, max_lanes, bitexact):
+    def fake_loader(path, *, ctx_size, max_lanes):
         return FakeRuntime(cut_refusal=cut_refusal, max_sequences=max_lanes)
 
     container.runtime_loaders.override(providers.Dict(llamacpp=providers.Object(fake_loader)))

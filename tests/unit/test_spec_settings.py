@@ -118,7 +118,6 @@ def test_the_defaults_are_the_contracts_and_valid():
         reprobe=32,
         reprobe_max=1024,
         max_temperature=None,
-        bitexact=False,
     )
 
 
@@ -245,9 +244,9 @@ def test_a_blank_environment_value_counts_as_unset():
 
 
 def test_flags_without_an_environment_fallback_are_read():
-    flags = {"--spec-draft-tokens": "6", "--spec-max-temperature": "0.7", "--spec-bitexact": "1"}
+    flags = {"--spec-draft-tokens": "6", "--spec-max-temperature": "0.7"}
     settings = from_sources(flags, {})
-    assert (settings.draft_tokens, settings.max_temperature, settings.bitexact) == (6, 0.7, True)
+    assert (settings.draft_tokens, settings.max_temperature) == (6, 0.7)
 
 
 def test_a_malformed_environment_number_names_the_variable():

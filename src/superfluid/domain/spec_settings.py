@@ -60,7 +60,6 @@ FLAG_MIN_SPEEDUP = "--spec-min-speedup"
 FLAG_REPROBE = "--spec-gate-reprobe"
 FLAG_REPROBE_MAX = "--spec-gate-reprobe-max"
 FLAG_MAX_TEMPERATURE = "--spec-max-temperature"
-FLAG_BITEXACT = "--spec-bitexact"
 
 SPEC_FLAGS = frozenset(
     {
@@ -73,7 +72,6 @@ SPEC_FLAGS = frozenset(
         FLAG_REPROBE,
         FLAG_REPROBE_MAX,
         FLAG_MAX_TEMPERATURE,
-        FLAG_BITEXACT,
     }
 )
 
@@ -180,8 +178,6 @@ class SpecSettings:
     """Every speculation knob of §7 and §8, with the contract's defaults.
 
     `draft_tokens` None means "the strategy's own depth"; `max_temperature` None means no cap.
-    `bitexact` is carried for the runtimes that can trade speed for bit-identical verification;
-    it has no range to check.
     """
 
     draft_tokens: int | None = None
@@ -193,7 +189,6 @@ class SpecSettings:
     reprobe: int = 32
     reprobe_max: int = 1024
     max_temperature: float | None = None
-    bitexact: bool = False
 
     def validate(self) -> SpecSettings:
         """Return self, or raise SettingsError with the first rule broken, in flag order."""
@@ -284,7 +279,6 @@ def from_sources(flags: Mapping[str, str | None], env: Mapping[str, str]) -> Spe
         reprobe=whole(FLAG_REPROBE, ENV_REPROBE, defaults.reprobe),
         reprobe_max=whole(FLAG_REPROBE_MAX, ENV_REPROBE_MAX, defaults.reprobe_max),
         max_temperature=max_temperature,
-        bitexact=boolean(FLAG_BITEXACT, None, defaults.bitexact),
     )
     return settings.validate()
 

@@ -19,7 +19,6 @@ import typer
 from superfluid.domain.errors import SuperfluidError
 from superfluid.domain.spec_settings import (
     FLAG_ADAPTIVE,
-    FLAG_BITEXACT,
     FLAG_DRAFT_TOKENS,
     FLAG_MAX_TEMPERATURE,
     FLAG_MIN_SPEEDUP,
@@ -230,14 +229,6 @@ def serve(
         str | None,
         typer.Option(help="Cap a default temperature while speculating.", rich_help_panel=SPEC),
     ] = None,
-    spec_bitexact: Annotated[
-        bool,
-        typer.Option(
-            "--spec-bitexact",
-            help="Batch-invariant numerics: speculative greedy = plain greedy, bit for bit.",
-            rich_help_panel=SPEC,
-        ),
-    ] = False,
 ) -> None:
     """Serve models over an OpenAI-compatible HTTP API, speculating where it pays."""
     _setup_logging()
@@ -254,7 +245,6 @@ def serve(
                 FLAG_REPROBE: spec_gate_reprobe,
                 FLAG_REPROBE_MAX: spec_gate_reprobe_max,
                 FLAG_MAX_TEMPERATURE: spec_max_temperature,
-                FLAG_BITEXACT: "true" if spec_bitexact else None,
             },
             env,
         )

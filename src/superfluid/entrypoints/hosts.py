@@ -56,14 +56,14 @@ class ServePlan:
 
 
 class RuntimeLoader(Protocol):
-    def __call__(self, path: Path, *, ctx_size: int, max_lanes: int, bitexact: bool) -> Runtime: ...
+    def __call__(self, path: Path, *, ctx_size: int, max_lanes: int) -> Runtime: ...
 
 
-def load_llamacpp(path: Path, *, ctx_size: int, max_lanes: int, bitexact: bool) -> Runtime:
+def load_llamacpp(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:
     # Imported here so that a machine without llama-cpp-python can still serve other runtimes.
     from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 
-    return LlamaCppRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes, bitexact=bitexact)
+    return LlamaCppRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes)
 
 
 def superfluid_home(env: Mapping[str, str]) -> Path:
@@ -71,9 +71,7 @@ def superfluid_home(env: Mapping[str, str]) -> Path:
     return Path(env.get("SUPERFLUID_HOME") or Path.home() / ".superfluid").expanduser()
 
 
-def load_basert(path: Path, *, ctx_size: int, max_lanes: int, bitexact: bool) -> Runtime:
-    # The reference backend is batch-invariant by construction: bitexact asks nothing more.
-    del bitexact
+def load_basert(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:
     from superfluid.adapters.basert.runtime import BaseRTRuntime
 
     return BaseRTRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes)
@@ -112,9 +110,7 @@ def _build_host(
     if kind == "basert" and directive.mode not in (Mode.OFF, Mode.PROMPT_LOOKUP, Mode.AUTO):
         # Check a named drafter before minutes of loading: a refusal here is exit 2.
         directive = discovery.explicit(directive)
-    runtime = loader(
-        path, ctx_size=plan.ctx_size, max_lanes=plan.max_lanes, bitexact=plan.settings.bitexact
-    )
+    runtime = loader(path, ctx_size=plan.ctx_size, max_lanes=plan.max_lanes)
     caps = runtime.capabilities
     if isinstance(runtime, DrafterEngine):
         if directive.mode is Mode.AUTO:

@@ -8,10 +8,8 @@ from superfluid.adapters.mlx import MlxUnavailable
 from superfluid.application.ports import Runtime
 
 
-def load_mlx(path: Path, *, ctx_size: int, max_lanes: int, bitexact: bool) -> Runtime:
-    """An MLX runtime for `path`. `bitexact` asks nothing of MLX: each lane verifies in its
-    own forward pass, so no other lane's tokens can move its rows."""
-    del bitexact
+def load_mlx(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:
+    """An MLX runtime for `path`."""
     # Imported here so that a machine without the mlx extra can still serve other runtimes.
     try:
         from superfluid.adapters.mlx.runtime import MlxRuntime

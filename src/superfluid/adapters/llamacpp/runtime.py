@@ -1,28 +1,20 @@
 """The llama.cpp runtime: one GGUF model, one llama context, many sequences, one packed step.
 
-Layout of the context. llama.cpp's KV cache is unified here: all sequences share
-`ctx_size * max_sequences` cells, and each sequence (lane) is held to `ctx_size` positions by
-this adapter, so no lane can take cells another lane may need. A split (per-sequence) cache
-would enforce that by itself, but llama.cpp then cuts a batch into equal-length pieces per
-sequence, so a verify step whose lanes carry different draft lengths would take several
-passes instead of one.
+Layout of the context. Every sequence (lane) has a KV stream of its own, `ctx_size` cells, so
+a lane's cells stay in position order whatever the other lanes do (see `kernels.py`: attention
+sums in cell order, and exactness depends on it). llama.cpp cuts a batch over several streams
+into pieces that carry the same number of tokens for consecutive sequence ids, so a step's
+feeds are laid out in sequence order; lanes that feed different numbers of tokens share the
+first piece and the longer ones go on in further pieces.
 
 A step is one `llama_decode` whenever its tokens fit in `n_batch` (512); longer prefills are
-split into several decodes, in order, and the rows are gathered as each decode finishes.
+split into several decodes, in order, and the rows are gathered as each decode finishes. The
+kernels are batch-invariant (`kernels.BATCH_INVARIANT`), so how a step is split changes no row.
 
 Cutting. `llama_memory_seq_rm` removes a sequence's tail, but its boolean result is not to be
 trusted (a sliding-window cache says yes and keeps a wrong window), so every cut is checked
 against `llama_memory_seq_pos_max`. Gemma 3 and other sliding-window models cut exactly only
 with the full-size SWA cache (`swa_full`), which is the default here.
-
-Bit-exact mode makes every row independent of what else is in the batch, so the k+1 rows of
-a verify step equal, bit for bit, the rows one-at-a-time decoding computes, whatever the other
-lanes do. Measured on the demo model (bench/llamacpp_bitexact.py), rows stay identical with
-flash attention on while a decode carries at most 7 tokens (at 8 the CPU kernels change and
-every row moves). Past 512 KV cells a one-token decode on several threads with an F16 or F32
-cache takes llama.cpp's split-KV attention, which sums in another order; a BF16 cache stays on
-the one path. So in this mode weights are not repacked, the KV cache is BF16, and a step runs
-as decodes of at most `BITEXACT_ROWS` tokens: prefill is slower, verification stays exact.
 
 Not thread-safe: one executor thread owns a runtime.
 """
@@ -41,6 +33,12 @@ import numpy as np
 from superfluid.adapters.closing import ClosedOnExit
 from superfluid.adapters.llamacpp.batch import PackedBatch
 from superfluid.adapters.llamacpp.chat_template import ChatTemplate, select_chat_template
+from superfluid.adapters.llamacpp.kernels import (
+    BATCH_INVARIANT,
+    KernelConflict,
+    Kernels,
+    apply_process_switches,
+)
 from superfluid.adapters.llamacpp.native import c_string, llama, model_meta
 from superfluid.adapters.llamacpp.vocab import Vocabulary
 from superfluid.adapters.sequences import SequenceTable
@@ -48,11 +46,7 @@ from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFaul
 from superfluid.domain.errors import SuperfluidError
 
 MAX_VERIFY_ROWS = 16
-# The most tokens one decode may carry while its rows stay bit-identical to one-at-a-time
-# decoding (flash attention on, no repacking), measured with bench/llamacpp_bitexact.py.
-BITEXACT_ROWS = 7
 N_BATCH = 512
-GGML_TYPE_BF16 = 30  # ggml.h; llama-cpp-python does not export it
 
 _DECODE_ERRORS = {
     1: "no free KV cells for the batch",
@@ -84,7 +78,7 @@ class LlamaCppRuntime(ClosedOnExit):
         path: Path,
         ctx_size: int,
         max_sequences: int,
-        bitexact: bool,
+        kernels: Kernels,
         swa_full: bool,
     ) -> None:
         self._lib = lib
@@ -92,7 +86,7 @@ class LlamaCppRuntime(ClosedOnExit):
         self._ctx = ctx
         self._mem = lib.llama_get_memory(ctx)
         self.path = path
-        self.bitexact = bitexact
+        self.kernels = kernels
         self.architecture = model_meta(lib, model, "general.architecture") or "unknown"
         self.vocab = Vocabulary(lib, model)
         self._n_vocab = self.vocab.size
@@ -102,7 +96,7 @@ class LlamaCppRuntime(ClosedOnExit):
         n_batch = int(lib.llama_n_batch(ctx))
         self._batch = PackedBatch(lib, n_batch)
         # Tokens per llama_decode: a step longer than this runs as several decodes, in order.
-        self.tokens_per_decode = min(BITEXACT_ROWS, n_batch) if bitexact else n_batch
+        self.tokens_per_decode = n_batch
         self._sequences = SequenceTable(max_sequences, ctx_size)
         self.chat_template: ChatTemplate = select_chat_template(
             self.architecture,
@@ -120,44 +114,47 @@ class LlamaCppRuntime(ClosedOnExit):
         *,
         ctx_size: int = 4096,
         max_sequences: int = 4,
-        bitexact: bool = False,
         swa_full: bool = True,
         n_threads: int | None = None,
+        kernels: Kernels = BATCH_INVARIANT,
     ) -> LlamaCppRuntime:
-        """Load a GGUF file: `max_sequences` lanes of `ctx_size` positions each."""
+        """Load a GGUF file: `max_sequences` lanes of `ctx_size` positions each.
+
+        `kernels` is for the benchmarks that measure other configurations; a served model always
+        runs on the batch-invariant ones.
+        """
         path = Path(path).expanduser()
         if not path.is_file():
             raise ModelLoadError(f"{path}: no such model file")
         if ctx_size < 1 or max_sequences < 1:
             raise ValueError("ctx_size and max_sequences must be positive")
         lib = llama()
+        try:
+            apply_process_switches(kernels)
+        except KernelConflict as exc:
+            raise ModelLoadError(f"{path}: {exc}") from exc
         mparams = lib.llama_model_default_params()
-        if bitexact:
-            # Repacked weights bring kernels of their own that pick a path by batch shape. Below
-            # 8 rows they matched the plain kernels on the demo model, but that is their
-            # thresholds' business, so bit-exact mode does without them.
-            mparams.use_extra_bufts = False
+        mparams.use_extra_bufts = kernels.repack_weights
         model = lib.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
             raise ModelLoadError(f"{path}: llama.cpp cannot load this file as a GGUF model")
         threads = n_threads or _default_threads()
         cparams = lib.llama_context_default_params()
+        # Each sequence's stream gets n_ctx / n_seq_max cells; a unified cache shares them all.
         cparams.n_ctx = ctx_size * max_sequences
         cparams.n_batch = N_BATCH
         cparams.n_ubatch = N_BATCH
         cparams.n_seq_max = max_sequences
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        if bitexact:
-            # Not F16/F32: those send one-token decodes past 512 cells down the split-KV path.
-            cparams.type_k = cparams.type_v = GGML_TYPE_BF16
-        cparams.flash_attn_type = (
-            lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if bitexact else lib.LLAMA_FLASH_ATTN_TYPE_AUTO
-        )
+        cparams.type_k = cparams.type_v = kernels.kv_type
+        cparams.flash_attn_type = {
+            None: lib.LLAMA_FLASH_ATTN_TYPE_AUTO,
+            True: lib.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            False: lib.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }[kernels.flash_attention]
         cparams.swa_full = swa_full
-        # Bit-exact: a per-sequence cache keeps each lane's cells in position order after cuts, so
-        # attention sums in the same order as plain decoding (a shared cache reuses freed cells).
-        cparams.kv_unified = not bitexact
+        cparams.kv_unified = not kernels.stream_per_sequence
         cparams.no_perf = True
         ctx = lib.llama_init_from_model(model, cparams)
         if not ctx:
@@ -172,18 +169,14 @@ class LlamaCppRuntime(ClosedOnExit):
             path=path,
             ctx_size=ctx_size,
             max_sequences=max_sequences,
-            bitexact=bitexact,
+            kernels=kernels,
             swa_full=swa_full,
         )
 
     def _describe(self, swa_full: bool) -> Capabilities:
         refusal = self._cut_refusal(swa_full)
         notes = [f"chat template: {self.chat_template.origin}"]
-        if self.bitexact:
-            notes.append(
-                f"bit-exact: flash attention on, no weight repacking, BF16 KV cache, at most {BITEXACT_ROWS} tokens per decode"
-            )
-        else:
+        if not self.kernels.batch_invariant:
             notes.append("batched rows may differ from one-row logits in float rounding")
         return Capabilities(
             runtime="llamacpp",
@@ -191,7 +184,7 @@ class LlamaCppRuntime(ClosedOnExit):
             verify_batches=True,
             cut_refusal=refusal,
             strategies=("prompt-lookup",) if refusal is None else (),
-            max_verify_rows=BITEXACT_ROWS if self.bitexact else MAX_VERIFY_ROWS,
+            max_verify_rows=MAX_VERIFY_ROWS,
             context_size=self._ctx_size,
             eos_tokens=self.vocab.eos_tokens,
             max_sequences=self._max_sequences,
@@ -270,34 +263,72 @@ class LlamaCppRuntime(ClosedOnExit):
             return []
         self._open()
         batch, n_vocab = self._batch, self._n_vocab
-        total = self._sequences.check_feeds(feeds)
+        self._sequences.check_feeds(feeds)
+        widths = self._padded_widths(feeds)
+        total = sum(widths)
         batch.reserve(total)
-        results: list[Logits] = []
+        results: list[Logits] = [np.empty(0, np.float32)] * len(feeds)
         # (batch row, destination address): rows come out in batch order, chunk by chunk.
         wanted: list[tuple[int, int]] = []
         row_bytes = self._row_bytes
         offset = 0
-        for feed in feeds:
+        # In sequence order: llama.cpp packs consecutive sequence ids into one pass.
+        for index in sorted(range(len(feeds)), key=lambda i: feeds[i].seq):
+            feed, width = feeds[index], widths[index]
             n = len(feed.tokens)
             end = offset + n
             batch.tokens[offset:end] = feed.tokens
-            batch.positions[offset:end] = np.arange(feed.start, feed.start + n, dtype=np.int32)
-            batch.seq_ids[offset:end] = feed.seq
+            batch.tokens[end : offset + width] = feed.tokens[-1]
+            batch.positions[offset : offset + width] = np.arange(
+                feed.start, feed.start + width, dtype=np.int32
+            )
+            batch.seq_ids[offset : offset + width] = feed.seq
+            batch.outputs[offset : offset + width] = 0
             if feed.all_rows:
                 batch.outputs[offset:end] = 1
                 first = offset
             else:
-                batch.outputs[offset:end] = 0
                 batch.outputs[end - 1] = 1
                 first = end - 1
             rows = np.empty((end - first, n_vocab), dtype=np.float32)
             base = rows.ctypes.data
             wanted.extend((first + r, base + r * row_bytes) for r in range(end - first))
-            results.append(rows)
-            offset = end
+            results[index] = rows
+            offset += width
         self._decode(feeds, total, wanted)
+        self._drop_padding(feeds, widths)
         self._sequences.advance(feeds)
         return results
+
+    def _padded_widths(self, feeds: Sequence[Feed]) -> list[int]:
+        """Tokens each feed takes in the batch: its own, or padded to the step's longest.
+
+        With a KV stream per sequence, llama.cpp runs a step's lanes in one pass only while they
+        feed equal numbers of tokens; otherwise the longer lanes go on in further passes, each
+        paying for every weight again. A verify step's shorter feeds are therefore padded with
+        throwaway tokens (no logits row, cut off after the decode). That is exact: padding sits
+        after the lane's real tokens, so no real row attends to it, and the kernels compute a
+        row the same whatever else is in the batch. Prefill chunks are never padded.
+        """
+        widths = [len(feed.tokens) for feed in feeds]
+        longest = max(widths)
+        if len(feeds) == 1 or longest > MAX_VERIFY_ROWS or not self.kernels.stream_per_sequence:
+            return widths
+        return [
+            longest if feed.start + longest <= self._ctx_size else width
+            for feed, width in zip(feeds, widths, strict=True)
+        ]
+
+    def _drop_padding(self, feeds: Sequence[Feed], widths: list[int]) -> None:
+        lib = self._lib
+        for feed, width in zip(feeds, widths, strict=True):
+            end = feed.start + len(feed.tokens)
+            if width == len(feed.tokens):
+                continue
+            lib.llama_memory_seq_rm(self._mem, feed.seq, end, -1)
+            if int(lib.llama_memory_seq_pos_max(self._mem, feed.seq)) + 1 != end:
+                self._roll_back(feeds)
+                raise RuntimeFault(f"llama.cpp did not cut the padding off sequence {feed.seq}")
 
     def _decode(self, feeds: Sequence[Feed], total: int, wanted: list[tuple[int, int]]) -> None:
         lib, ctx, batch = self._lib, self._ctx, self._batch
