@@ -28,7 +28,7 @@ class FanOut:
             try:
                 observer.tick(model, report, active_lanes)
             except Exception:
-                log.exception("superfluid: observer %r failed on a tick of %s", observer, model)
+                log.exception("observer %r failed on a tick of %s", observer, model)
 
     def finished(self, model: str, event: Committed, generated: int) -> None:
         for observer in self._observers:
@@ -36,5 +36,5 @@ class FanOut:
                 observer.finished(model, event, generated)
             except Exception:
                 log.exception(
-                    "superfluid: observer %r failed on a finished request of %s", observer, model
+                    "observer %r failed on a finished request of %s", observer, model
                 )

@@ -122,7 +122,7 @@ class GenerationService:
             try:
                 events = executor.tick()
             except Exception:  # a bug must not kill the worker silently: fail loudly, keep serving
-                log.exception("superfluid: the executor of %s failed a tick", host.name)
+                log.exception("the executor of %s failed a tick", host.name)
                 self._fail_all(host, "internal error in the executor")
                 continue
             for event in events:
@@ -157,7 +157,7 @@ class GenerationService:
         try:
             sink(event)
         except Exception:
-            log.exception("superfluid: a response sink failed")
+            log.exception("a response sink failed")
 
     def _fail_all(self, host: ModelHost, why: str) -> None:
         for request_id in list(host._sinks):
