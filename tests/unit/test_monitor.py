@@ -131,9 +131,7 @@ def test_lines_are_written_only_when_something_happened_since_the_last_one():
     clock.now = 15.0
     monitor.tick("m", report(committed=5, drafted=4, accepted=3), 1)
     clock.now = 20.0
-    assert monitor.due_lines() == [
-        "m: lanes 1/4, decode 50.0 tok/s, spec accept 75%"
-    ]
+    assert monitor.due_lines() == ["m: lanes 1/4, decode 50.0 tok/s, spec accept 75%"]
     clock.now = 30.0
     assert monitor.due_lines() == []  # quiet since the last line
     monitor.finished("m", Committed(1, (), SpecStats(4, 3), Finish.STOP), 5)
@@ -197,6 +195,7 @@ def test_the_interval_must_be_positive():
 def test_a_line_shows_prefill_only_while_something_prefills():
     clock = Clock()
     monitor = log_monitor(clock, lane_capacity={"m": 4})
+    clock.now = 5.0
     monitor.tick("m", report(prefill=300, seconds=0.5), 1)
     clock.now = 10.0
     assert monitor.due_lines() == ["m: lanes 1/4, prefill 600 tok/s, spec accept -"]
@@ -223,6 +222,7 @@ def test_a_summary_line_on_stderr_carries_one_prefix(capsys):
         _setup_logging()
         clock = Clock()
         monitor = TerminalMonitor({"m": 2}, clock=clock, live=False)
+        clock.now = 5.0
         monitor.tick("m", report(committed=3), 1)
         clock.now = 10.0
         monitor.emit_due()

@@ -35,6 +35,4 @@ class FanOut:
             try:
                 observer.finished(model, event, generated)
             except Exception:
-                log.exception(
-                    "observer %r failed on a finished request of %s", observer, model
-                )
+                log.exception("observer %r failed on a finished request of %s", observer, model)

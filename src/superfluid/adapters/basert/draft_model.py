@@ -25,9 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-
 from superfluid.adapters.basert.bundle import Bundle, BundleError
-from superfluid.adapters.basert.drafter_common import Q, Proposal
+from superfluid.adapters.basert.drafter_common import Proposal, Q
 from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
