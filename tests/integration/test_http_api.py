@@ -504,6 +504,15 @@ def test_models_lists_each_served_model_with_its_capabilities(client: openai.Ope
     assert card.model_extra["superfluid"] == {
         "runtime": "fake",
         "strategy": "prompt-lookup",
+        "aliases": [],
+        "sampling_defaults": {
+            "temperature": 0.8,
+            "top_k": None,
+            "top_p": None,
+            "min_p": None,
+            "repeat_penalty": None,
+            "source": "built-in",
+        },
         "capabilities": {
             "verify_rows": True,
             "verify_batches": True,

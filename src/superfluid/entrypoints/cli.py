@@ -190,14 +190,13 @@ def serve(
         int, typer.Option(help="Requests decoded at once, per model.", min=1, max=64)
     ] = 4,
     max_queue: Annotated[
-        int,
+        str | None,
         typer.Option(
             help="Requests that may wait for a lane, per model; past lanes + queue a request"
-            " gets 429 with Retry-After at once.",
-            min=0,
-            max=100_000,
+            f" gets 429 with Retry-After at once (default {DEFAULT_MAX_QUEUE}).",
+            show_default=False,
         ),
-    ] = DEFAULT_MAX_QUEUE,
+    ] = None,
     ctx_size: Annotated[
         int, typer.Option(help="Context window per lane, in tokens.", min=16)
     ] = 4096,
@@ -300,11 +299,20 @@ def serve(
             monitor=not no_monitor,
             env=dict(env),
             served_names=_served_names(served_model_name),
-            max_queue=max_queue,
+            max_queue=_max_queue(max_queue),
         )
         _serve(plan)
     except SuperfluidError as error:
         fail(error.message)
+
+
+def _max_queue(raw: str | None) -> int:
+    if raw is None:
+        return DEFAULT_MAX_QUEUE
+    value = parse_number("--max-queue", raw, kind=int)
+    if not 0 <= value <= 100_000:
+        raise SuperfluidError(f"--max-queue must be in 0..=100000, got {raw.strip()}")
+    return value
 
 
 def _served_names(raw: list[str] | None) -> tuple[str, ...]:
