@@ -103,17 +103,19 @@ def test_past_lanes_and_queue_a_request_gets_429_with_retry_after_at_once(
 
 def test_a_client_that_walks_away_while_queued_frees_its_place(served: OneLane) -> None:
     body = {"model": "slow-model", "messages": USER, "max_tokens": 100_000, "stream": True}
-    with httpx.Client(base_url=served.server.url, timeout=30) as http:
-        with http.stream("POST", "/v1/chat/completions", json=body):
-            assert wait_until(lambda: served.host.executor.active_lanes == 1)
-            with pytest.raises(httpx.ReadTimeout):
-                http.post("/v1/chat/completions", json=body, timeout=0.5)  # queued, then gone
-            # Its place comes back while the lane is still busy: another client may queue.
-            assert wait_until(lambda: served.host.places.held == 1)
-            assert served.host.executor.active_lanes == 1
-            assert served.host.executor.waiting == 0
-            # So the next client queues again (it waits for the lane) instead of getting 429.
-            with pytest.raises(httpx.ReadTimeout):
-                http.post("/v1/chat/completions", json=body, timeout=0.5)
+    with (
+        httpx.Client(base_url=served.server.url, timeout=30) as http,
+        http.stream("POST", "/v1/chat/completions", json=body),
+    ):
+        assert wait_until(lambda: served.host.executor.active_lanes == 1)
+        with pytest.raises(httpx.ReadTimeout):
+            http.post("/v1/chat/completions", json=body, timeout=0.5)  # queued, then gone
+        # Its place comes back while the lane is still busy: another client may queue.
+        assert wait_until(lambda: served.host.places.held == 1)
+        assert served.host.executor.active_lanes == 1
+        assert served.host.executor.waiting == 0
+        # So the next client queues again (it waits for the lane) instead of getting 429.
+        with pytest.raises(httpx.ReadTimeout):
+            http.post("/v1/chat/completions", json=body, timeout=0.5)
     assert wait_until(lambda: served.host.places.held == 0)
     assert served.metric("superfluid_requests_rejected_total") == 0

@@ -42,8 +42,7 @@ def gguf(tmp_path):
         (["--max-queue", "some"], '--max-queue expects a number, got "some"'),
         (
             ["--served-model-name", "a b"],
-            "--served-model-name must be a name without spaces or control characters,"
-            " got 'a b'",
+            "--served-model-name must be a name without spaces or control characters, got 'a b'",
         ),
         (
             ["--served-model-name", "a", "--served-model-name", "b"],
