@@ -95,8 +95,8 @@ class Overloaded(Exception):
     def __init__(self, host: ModelHost) -> None:
         admission = host.places
         super().__init__(
-            f"{host.name} is at capacity: {admission.lanes} lanes busy and"
-            f" {admission.queue} requests waiting; retry shortly"
+            f"{host.name} is at capacity: its lanes ({admission.lanes}) and its queue"
+            f" ({admission.queue}) are full; retry shortly"
         )
         self.model = host.name
 
