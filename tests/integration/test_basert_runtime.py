@@ -26,7 +26,7 @@ from superfluid.adapters.basert.fixtures import (
 from superfluid.adapters.basert.model import linear, rms_norm
 from superfluid.adapters.basert.runtime import BaseRTRuntime
 from superfluid.adapters.bundle_files import read_header
-from superfluid.application.drafting import Drafter, PromptLookupDrafter
+from superfluid.application.drafting import Drafter, PromptLookupDrafter, SampledDraftState
 from superfluid.application.executor import Executor
 from superfluid.application.ports import Feed, Logits, RuntimeFault
 from superfluid.application.registration import EngineRefusal
@@ -327,15 +327,22 @@ def test_speculative_greedy_output_is_plain_greedy_output_with_either_drafter(
     assert any(len(set(tokens)) > 8 for tokens in plain), "the fixture model only repeats itself"
 
 
-def test_seeded_sampled_output_is_plain_sampled_output_with_a_greedy_draft_model(
+def test_a_sampling_lane_drafts_from_the_draft_models_distribution(
     runtime: BaseRTRuntime, bundles: dict[str, Path]
 ) -> None:
+    """Sampled drafts are verified by rejection sampling: drafts are accepted, the output stays
+    in the vocabulary and within max_tokens (its distribution is tested in test_basert_heads;
+    with adaptive depth the seeded text depends on the depths timing chose, so it is not
+    compared with a second run here)."""
     params = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, seed=7)
     prompts = workload(runtime)[:4]
-    plain, _, _ = run(runtime, prompts, drafter=None, lanes=2, params=params)
     drafter = DraftModelDrafter.load(bundles["draft"], target=runtime)
-    drafted, _, _ = run(runtime, prompts, drafter=drafter, lanes=2, params=params)
-    assert drafted == plain
+    assert isinstance(drafter.open(prompts[0], seq=0), SampledDraftState)
+    drafted, rate, _ = run(runtime, prompts, drafter=drafter, lanes=2, params=params)
+    assert rate > 0
+    vocab = runtime.model.config.vocab_size
+    assert all(0 <= t < vocab for tokens in drafted for t in tokens)
+    assert all(0 < len(tokens) <= 48 for tokens in drafted)
 
 
 def test_the_fixture_draft_model_accepts_at_least_thirty_percent_greedily(

@@ -124,3 +124,35 @@ def test_a_poor_drafter_is_stopped_by_the_yield_floor_then_abandoned(
         while line not in server.lines and time.monotonic() < deadline:
             time.sleep(0.05)
         assert server.lines.count(line) == 1, server.lines
+
+
+def test_a_bundles_generation_config_sets_its_defaults_and_draft_model_samples_from_q(
+    layout: dict[str, Path],
+) -> None:
+    """A `.base` header's `generation_config` is the model's default sampling (shown on
+    /v1/models, said at startup); at that default temperature the draft model drafts from its
+    own distribution and its drafts are accepted."""
+    from tests.integration.test_bundle_mutations import Parts
+
+    parts = Parts.of(layout["target"].read_bytes())
+    parts.header["generation_config"] = {"temperature": 0.7, "top_k": 40}
+    tuned = layout["target"].with_name("tuned.base")
+    tuned.write_bytes(parts.bytes())
+    layout = {**layout, "tuned": tuned}
+    with serving(layout, "tuned", "--speculate", f"draft-model:{layout['draft']}") as server:
+        assert (
+            "superfluid: tuned.base: sampling defaults from the .base header's generation_config:"
+            " temperature 0.7, top_k 40" in server.lines
+        )
+        (card,) = server.client().models.list().data
+        defaults = card.model_extra["superfluid"]["sampling_defaults"]  # type: ignore[index]
+        assert (defaults["temperature"], defaults["top_k"]) == (0.7, 40)
+        proposed = accepted = 0
+        for seed in range(4):
+            reply = server.client().chat.completions.create(
+                model="tuned.base", messages=ASK, max_tokens=48, seed=seed
+            )
+            spec = ((reply.model_extra or {}).get("superfluid") or {}).get("spec", {})
+            proposed += spec.get("proposed", 0)
+            accepted += spec.get("accepted", 0)
+        assert proposed > 0 and accepted > 0, (proposed, accepted)

@@ -94,6 +94,31 @@ def test_a_stream_carries_each_accepted_draft_as_one_multi_token_chunk(
     assert streamed_text(chunks) == chat(client, max_tokens=64).choices[0].message.content
 
 
+@pytest.mark.parametrize("text_api", [False, True], ids=["chat", "completions"])
+def test_the_final_stream_chunk_carries_usage_and_the_spec(
+    client: openai.OpenAI, text_api: bool
+) -> None:
+    options: dict[str, Any] = {
+        "model": "fake-model",
+        "max_tokens": 48,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if text_api:
+        chunks = list(client.completions.create(prompt=REPETITIVE, **options))
+    else:
+        chunks = list(client.chat.completions.create(messages=USER, **options))
+    last = chunks[-1]
+    assert last.choices == [] and last.usage.completion_tokens == 48
+    spec = last.model_extra["superfluid"]["spec"]
+    assert 0 < spec["accepted"] <= spec["proposed"]
+    assert spec["acceptance_rate"] == pytest.approx(spec["accepted"] / spec["proposed"])
+    # The same figures as the chunk with the finish reason: one reply, one account.
+    closing = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
+    assert closing.model_extra["superfluid"]["spec"] == spec
+
+
 def test_text_completions_stream_and_not_with_the_same_text(client: openai.OpenAI) -> None:
     options: dict[str, Any] = {"model": "fake-model", "max_tokens": 32, "temperature": 0}
     reply = client.completions.create(prompt=REPETITIVE, **options)
@@ -479,6 +504,15 @@ def test_models_lists_each_served_model_with_its_capabilities(client: openai.Ope
     assert card.model_extra["superfluid"] == {
         "runtime": "fake",
         "strategy": "prompt-lookup",
+        "aliases": [],
+        "sampling_defaults": {
+            "temperature": 0.8,
+            "top_k": None,
+            "top_p": None,
+            "min_p": None,
+            "repeat_penalty": None,
+            "source": "built-in",
+        },
         "capabilities": {
             "verify_rows": True,
             "verify_batches": True,

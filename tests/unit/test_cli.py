@@ -38,6 +38,17 @@ def gguf(tmp_path):
         (["--spec-max-temperature", "x"], '--spec-max-temperature expects a number, got "x"'),
         (["--temperature", "hot"], '--temperature expects a number, got "hot"'),
         (["--seed", "1.5"], '--seed expects a number, got "1.5"'),
+        (["--max-queue", "-1"], "--max-queue must be in 0..=100000, got -1"),
+        (["--max-queue", "some"], '--max-queue expects a number, got "some"'),
+        (
+            ["--served-model-name", "a b"],
+            "--served-model-name must be a name without spaces or control characters, got 'a b'",
+        ),
+        (
+            ["--served-model-name", "a", "--served-model-name", "b"],
+            "2 --served-model-name values for 1 model(s); give at most one per model,"
+            " in the order the models are given",
+        ),
     ],
 )
 def test_invalid_speculation_flags_exit_2_with_the_contract_message(gguf, args, message):
@@ -102,5 +113,24 @@ def test_help_lists_every_speculation_flag():
         "--api-key",
         "--offline",
         "--no-monitor",
+        "--max-queue",
+        "--served-model-name",
     ):
         assert flag in result.output, flag
+
+
+def test_help_says_the_defaults_of_the_operations_flags():
+    result = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(result.output.split())
+    assert "gets 429 with Retry-After at once (default 16)" in text
+    assert "Default: the file name." in text
+
+
+def test_two_models_cannot_share_a_served_name(tmp_path):
+    models = []
+    for name in ("a.gguf", "b.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF\x03\x00\x00\x00")
+        models.append(str(tmp_path / name))
+    code, err = serve(models[0], "--model", models[1], "--served-model-name", "b.gguf")
+    assert code == 2 and err.count("\n") == 1
+    assert "two models answer to the name b.gguf" in err

@@ -39,7 +39,24 @@ def container_for(models, speculate, *, cut_refusal=None, settings=None):
 @pytest.fixture
 def startup_lines(caplog):
     caplog.set_level(logging.INFO, logger="superfluid")
-    return lambda: [r.getMessage() for r in caplog.records if r.name == "superfluid"]
+    return lambda: [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "superfluid" and "sampling default" not in r.getMessage()
+    ]
+
+
+def test_a_model_without_sampling_defaults_says_so_once_and_gets_the_built_in_ones(
+    tmp_path, caplog
+):
+    caplog.set_level(logging.INFO, logger="superfluid")
+    (host,) = container_for([gguf(tmp_path)], None).hosts()
+    said = [r.getMessage() for r in caplog.records if "sampling default" in r.getMessage()]
+    assert said == [
+        "m.gguf: the model sets no sampling defaults; requests that set none get"
+        " temperature 0.8 (built-in)"
+    ]
+    assert host.sampling.built_in and host.sampling.temperature == 0.8
 
 
 @pytest.mark.parametrize(

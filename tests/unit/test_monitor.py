@@ -60,7 +60,7 @@ def rendered(table):
 
 def test_the_summary_line_names_lanes_rates_and_acceptance():
     assert summary_line(view()) == (
-        "superfluid: gemma.gguf: lanes 2/4, decode 61.2 tok/s, prefill 410 tok/s, spec accept 73%"
+        "gemma.gguf: lanes 2/4, decode 61.2 tok/s, prefill 410 tok/s, spec accept 73%"
     )
 
 
@@ -110,7 +110,7 @@ def test_the_monitor_tallies_ticks_into_views():
 def test_models_with_a_known_capacity_are_shown_before_their_first_request():
     monitor = log_monitor(Clock(), lane_capacity={"a": 2, "b": 8})
     assert [v.name for v in monitor.snapshot()] == ["a", "b"]
-    assert all(v.lanes == 0 and v.decode_rate == 0 for v in monitor.snapshot())
+    assert all(v.lanes == 0 and v.decode_rate is None for v in monitor.snapshot())
 
 
 def test_no_line_is_written_before_the_interval_has_passed():
@@ -131,16 +131,14 @@ def test_lines_are_written_only_when_something_happened_since_the_last_one():
     clock.now = 15.0
     monitor.tick("m", report(committed=5, drafted=4, accepted=3), 1)
     clock.now = 20.0
-    assert monitor.due_lines() == [
-        "superfluid: m: lanes 1/4, decode 50.0 tok/s, prefill 0 tok/s, spec accept 75%"
-    ]
+    assert monitor.due_lines() == ["m: lanes 1/4, decode 50.0 tok/s, spec accept 75%"]
     clock.now = 30.0
     assert monitor.due_lines() == []  # quiet since the last line
     monitor.finished("m", Committed(1, (), SpecStats(4, 3), Finish.STOP), 5)
     clock.now = 40.0
     assert monitor.due_lines() == [
         # the tick aged out of the 10 s window; the life-long acceptance stays
-        "superfluid: m: lanes 1/4, decode 0.0 tok/s, prefill 0 tok/s, spec accept 75%"
+        "m: lanes 1/4, idle, spec accept 75%"
     ]
 
 
@@ -150,7 +148,7 @@ def test_only_the_models_that_did_something_get_a_line():
     monitor.tick("b", report(committed=2), 1)
     clock.now = 10.0
     lines = monitor.due_lines()
-    assert len(lines) == 1 and lines[0].startswith("superfluid: b:")
+    assert len(lines) == 1 and lines[0].startswith("b:")
 
 
 def test_due_lines_go_to_the_superfluid_logger(caplog):
@@ -162,7 +160,7 @@ def test_due_lines_go_to_the_superfluid_logger(caplog):
     with caplog.at_level(logging.INFO, logger="superfluid"):
         monitor.emit_due()
     assert [r.getMessage() for r in caplog.records] == [
-        "superfluid: m: lanes 1, decode 10.0 tok/s, prefill 0 tok/s, spec accept -"
+        "m: lanes 1, decode 10.0 tok/s, spec accept -"
     ]
 
 
@@ -192,3 +190,44 @@ def test_the_line_thread_starts_and_stops():
 def test_the_interval_must_be_positive():
     with pytest.raises(ValueError, match="positive"):
         TerminalMonitor(live=False, interval=0)
+
+
+def test_a_line_shows_prefill_only_while_something_prefills():
+    clock = Clock()
+    monitor = log_monitor(clock, lane_capacity={"m": 4})
+    clock.now = 5.0
+    monitor.tick("m", report(prefill=300, seconds=0.5), 1)
+    clock.now = 10.0
+    assert monitor.due_lines() == ["m: lanes 1/4, prefill 600 tok/s, spec accept -"]
+    clock.now = 15.0
+    monitor.tick("m", report(committed=5), 1)
+    clock.now = 20.0
+    (line,) = monitor.due_lines()
+    assert "prefill" not in line and "decode 50.0 tok/s" in line
+
+
+def test_the_table_shows_a_dash_for_work_that_did_not_happen():
+    monitor = log_monitor(Clock(), lane_capacity={"m": 4})
+    monitor.tick("m", report(committed=4), 1)
+    row = next(line for line in rendered(monitor.renderable()).splitlines() if " m " in line)
+    assert "40.0" in row and " 0 " not in row and "-" in row
+
+
+def test_a_summary_line_on_stderr_carries_one_prefix(capsys):
+    from superfluid.entrypoints.cli import _setup_logging
+
+    logger = logging.getLogger("superfluid")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    try:
+        _setup_logging()
+        clock = Clock()
+        monitor = TerminalMonitor({"m": 2}, clock=clock, live=False)
+        clock.now = 5.0
+        monitor.tick("m", report(committed=3), 1)
+        clock.now = 10.0
+        monitor.emit_due()
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = saved
+    assert capsys.readouterr().err.splitlines() == [
+        "superfluid: m: lanes 1/2, decode 30.0 tok/s, spec accept -"
+    ]

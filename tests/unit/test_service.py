@@ -98,3 +98,43 @@ def test_requests_pick_a_model_by_name_and_an_unknown_name_is_refused(service):
     assert svc.host(None).name == "a"
     with pytest.raises(UnknownModel):
         svc.host("c")
+
+
+def test_past_lanes_and_queue_submit_refuses_and_every_end_gives_a_place_back(service):
+    from superfluid.application.admission import Admission
+    from superfluid.application.service import Overloaded
+
+    h = host()
+    h.admission = Admission(lanes=1, queue=1)
+    svc = service(h)
+    first, second = Collector(), Collector()
+    long = GenerationRequest([1, 2, 3], GREEDY, max_tokens=10_000)
+    svc.submit(h, long, first)
+    svc.submit(h, GenerationRequest([1, 2, 3], GREEDY, max_tokens=4), second)
+    with pytest.raises(Overloaded, match="m is at capacity"):
+        svc.submit(h, GenerationRequest([1, 2, 3], GREEDY, max_tokens=4), Collector())
+    assert h.places.rejected == 1
+    long.cancel()
+    assert first.done.wait(5) and second.done.wait(5)
+    assert (first.finish, second.finish) == (Finish.CANCELLED, Finish.LENGTH)
+    assert h.places.held == 0
+    third = Collector()
+    svc.submit(h, GenerationRequest([1, 2, 3], GREEDY, max_tokens=4), third)
+    assert third.done.wait(5) and third.finish is Finish.LENGTH
+
+
+def test_a_cancelled_waiting_request_ends_before_a_lane_frees():
+    runtime = FakeRuntime(FakeModel(eos=False))
+    executor = Executor(runtime, max_lanes=1, clock=time.perf_counter)
+    running = GenerationRequest([1, 2, 3], GREEDY, max_tokens=10_000)
+    waiting = GenerationRequest([1, 2, 3], GREEDY, max_tokens=4)
+    executor.submit(running)
+    executor.submit(waiting)
+    executor.tick()
+    assert executor.waiting == 1
+    waiting.cancel()
+    events = executor.tick()
+    assert [(e.request_id, e.finish) for e in events if e.finish] == [
+        (waiting.id, Finish.CANCELLED)
+    ]
+    assert executor.waiting == 0 and executor.active_lanes == 1

@@ -30,6 +30,10 @@ Series:
     superfluid_active_lanes{model}                    lanes in use after the latest tick
     superfluid_decode_tokens_per_second{model}        committed tokens per tick-second, recent
     superfluid_http_requests_total{route,status}      HTTP requests answered
+    superfluid_queue_depth{model}                     requests waiting for a lane
+    superfluid_queue_capacity{model}                  lanes + queue: requests held at most
+    superfluid_requests_rejected_total{model}         requests refused at once (429) because
+                                                      every lane and queue place was taken
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from superfluid.adapters.rates import RateWindow
 from superfluid.application.executor import TickReport
@@ -224,7 +228,7 @@ class _ScrapeTimeCollector:
 
     def describe(self) -> Iterable[Metric]:
         # Names only, so the registry can check for clashes without reading any policy.
-        return _families()
+        return [*_families(), *_admission_families()]
 
     def collect(self) -> Iterable[Metric]:
         depth, speculating, phase, abandoned, rate = _families()
@@ -247,7 +251,39 @@ class _ScrapeTimeCollector:
             rates.setdefault(host.name, 0.0)
         for model, value in sorted(rates.items()):
             rate.add_metric([model], value)
-        return [depth, speculating, phase, abandoned, rate]
+        return [depth, speculating, phase, abandoned, rate, *self._admission()]
+
+    def _admission(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
+        queued, capacity, rejected = _admission_families()
+        for host in self._metrics.served():
+            # A model host carries its admission and executor; a bare ServedModel has neither.
+            admission = getattr(host, "admission", None)
+            executor = getattr(host, "executor", None)
+            if admission is None or executor is None:
+                continue
+            queued.add_metric([host.name], float(admission.queued(executor.active_lanes)))
+            if admission.capacity is not None:
+                capacity.add_metric([host.name], float(admission.capacity))
+            rejected.add_metric([host.name], float(admission.rejected))
+        return queued, capacity, rejected
+
+
+def _admission_families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
+    return (
+        GaugeMetricFamily(
+            "superfluid_queue_depth", "Requests waiting for a lane.", labels=["model"]
+        ),
+        GaugeMetricFamily(
+            "superfluid_queue_capacity",
+            "Requests a model holds at most: its lanes plus its queue.",
+            labels=["model"],
+        ),
+        CounterMetricFamily(
+            "superfluid_requests_rejected",
+            "Requests refused at once (429) because every lane and queue place was taken.",
+            labels=["model"],
+        ),
+    )
 
 
 def _families() -> tuple[

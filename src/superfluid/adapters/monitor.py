@@ -7,7 +7,10 @@ idle server's log stays quiet:
 
     superfluid: gemma.gguf: lanes 2/4, decode 61.2 tok/s, prefill 410 tok/s, spec accept 73%
 
-`spec accept` is accepted over proposed draft tokens over the server's life, `-` before anything
+A rate is shown only when that work happened within the window: a line never claims
+`prefill 0 tok/s` while nothing prefilled (the line then leaves prefill out), and a model that
+only finished requests since its last line says `idle`. The logger adds the `superfluid:`
+prefix; the line itself does not carry one. `spec accept` is accepted over proposed draft tokens over the server's life, `-` before anything
 was proposed. Rates are tokens per tick-second over a recent window (see adapters.rates): the
 interval for summary lines, a few seconds for the live view.
 
@@ -51,8 +54,8 @@ class ModelView:
     name: str
     lanes: int
     capacity: int | None  # most lanes the model runs at once, when known
-    decode_rate: float  # tokens per tick-second
-    prefill_rate: float
+    decode_rate: float | None  # tokens per tick-second; None: no decoding within the window
+    prefill_rate: float | None  # None: nothing prefilled within the window
     proposed: int  # draft tokens over the server's life
     accepted: int
 
@@ -68,13 +71,21 @@ def lanes_text(view: ModelView) -> str:
     return f"{view.lanes}/{view.capacity}" if view.capacity is not None else str(view.lanes)
 
 
+def rate_text(rate: float | None, digits: int) -> str:
+    return "-" if rate is None else f"{rate:.{digits}f}"
+
+
 def summary_line(view: ModelView) -> str:
-    return (
-        f"superfluid: {view.name}: lanes {lanes_text(view)},"
-        f" decode {view.decode_rate:.1f} tok/s,"
-        f" prefill {view.prefill_rate:.0f} tok/s,"
-        f" spec accept {acceptance_text(view.proposed, view.accepted)}"
-    )
+    """One model's line, without the logger's `superfluid:` prefix; only true rates in it."""
+    parts = [f"lanes {lanes_text(view)}"]
+    if view.decode_rate is not None:
+        parts.append(f"decode {view.decode_rate:.1f} tok/s")
+    if view.prefill_rate is not None:
+        parts.append(f"prefill {view.prefill_rate:.0f} tok/s")
+    if view.decode_rate is None and view.prefill_rate is None:
+        parts.append("idle")
+    parts.append(f"spec accept {acceptance_text(view.proposed, view.accepted)}")
+    return f"{view.name}: " + ", ".join(parts)
 
 
 def render_table(views: Sequence[ModelView]) -> Table:
@@ -88,8 +99,8 @@ def render_table(views: Sequence[ModelView]) -> Table:
         table.add_row(
             view.name,
             lanes_text(view),
-            f"{view.decode_rate:.1f}",
-            f"{view.prefill_rate:.0f}",
+            rate_text(view.decode_rate, 1),
+            rate_text(view.prefill_rate, 0),
             acceptance_text(view.proposed, view.accepted),
         )
     return table
@@ -231,7 +242,7 @@ class TerminalMonitor:
             try:
                 self.emit_due()
             except Exception:  # the monitor must never take the server down with it
-                self._log.exception("superfluid: the terminal monitor failed")
+                self._log.exception("the terminal monitor failed")
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -246,8 +257,8 @@ class TerminalMonitor:
             name=name,
             lanes=tally.lanes,
             capacity=self._capacity.get(name),
-            decode_rate=tally.decode.rate(now),
-            prefill_rate=tally.prefill.rate(now),
+            decode_rate=tally.decode.rate(now) if tally.decode.active(now) else None,
+            prefill_rate=tally.prefill.rate(now) if tally.prefill.active(now) else None,
             proposed=tally.proposed,
             accepted=tally.accepted,
         )

@@ -28,13 +28,11 @@ class FanOut:
             try:
                 observer.tick(model, report, active_lanes)
             except Exception:
-                log.exception("superfluid: observer %r failed on a tick of %s", observer, model)
+                log.exception("observer %r failed on a tick of %s", observer, model)
 
     def finished(self, model: str, event: Committed, generated: int) -> None:
         for observer in self._observers:
             try:
                 observer.finished(model, event, generated)
             except Exception:
-                log.exception(
-                    "superfluid: observer %r failed on a finished request of %s", observer, model
-                )
+                log.exception("observer %r failed on a finished request of %s", observer, model)

@@ -39,6 +39,11 @@ class RateWindow:
             return 0.0
         return sum(tick[1] for tick in self._ticks) / seconds
 
+    def active(self, now: float) -> bool:
+        """Whether any tick in the window ending at `now` did this work."""
+        self._expire(now)
+        return bool(self._ticks)
+
     def _expire(self, now: float) -> None:
         horizon = now - self.span
         while self._ticks and self._ticks[0][0] <= horizon:

@@ -149,6 +149,11 @@ class Executor:
         return len(self._lanes)
 
     @property
+    def waiting(self) -> int:
+        """Requests submitted and waiting for a lane."""
+        return len(self._waiting)
+
+    @property
     def idle(self) -> bool:
         return not self._lanes and not self._waiting
 
@@ -259,6 +264,16 @@ class Executor:
             if lane.request.cancelled:
                 self._finish(lane, Finish.CANCELLED, events)
         self._release_finished()
+        # A waiting request whose client left ends now, not when a lane frees: its place in
+        # the queue goes to the next client.
+        if any(request.cancelled for request in self._waiting):
+            waiting: collections.deque[GenerationRequest] = collections.deque()
+            for request in self._waiting:
+                if request.cancelled:
+                    events.append(Committed(request.id, (), SpecStats(), Finish.CANCELLED))
+                else:
+                    waiting.append(request)
+            self._waiting = waiting
 
     def _finish(
         self, lane: _Lane, finish: Finish, events: list[Committed], error: str | None = None

@@ -4,6 +4,10 @@ Callers (the HTTP layer) submit a request with a sink; the worker calls the sink
 thread with each `Committed` event, the last one carrying the finish reason. A sink must be
 quick and must not raise (the HTTP layer hands events to its event loop). A request whose client
 went away is cancelled and its lane freed at the worker's next tick.
+
+Each model admits at most its lanes plus its queue (`ModelHost.admission`); `submit` raises
+`Overloaded` past that, before the request touches the worker, and a request gives its place
+back when its last event is delivered.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from superfluid.application.admission import Admission
 from superfluid.application.executor import Executor, TickReport
 from superfluid.application.grammar import TokenPieces
 from superfluid.application.ports import Runtime
 from superfluid.application.registration import Registration
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
 from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
 
 log = logging.getLogger("superfluid")
 
@@ -37,14 +43,20 @@ class Observer(Protocol):
 
 @dataclass(eq=False)
 class ModelHost:
-    """One served model: its runtime, what speculation registered, and its executor."""
+    """One served model: its runtime, what speculation registered, and its executor.
+
+    `name` is the id clients see (the served name, else the file name); `aliases` are other
+    names a request may use for it (the file name, when a served name replaced it).
+    """
 
     name: str
     runtime: Runtime
     registration: Registration
     policy: SpecPolicy | None
     executor: Executor
-    default_temperature: float = 0.8
+    sampling: SamplingDefaults = BUILT_IN_SAMPLING
+    aliases: tuple[str, ...] = ()
+    admission: Admission | None = None
     _inbox: queue.SimpleQueue[tuple[GenerationRequest, Sink]] = field(
         default_factory=queue.SimpleQueue
     )
@@ -52,6 +64,19 @@ class ModelHost:
     _sinks: dict[int, tuple[Sink, int]] = field(default_factory=dict)
     _pieces: TokenPieces | None = None
     _abandonment_logged: bool = False
+
+    def __post_init__(self) -> None:
+        if self.admission is None:
+            self.admission = Admission(self.executor.max_lanes)
+
+    @property
+    def default_temperature(self) -> float:
+        return self.sampling.temperature
+
+    @property
+    def places(self) -> Admission:
+        assert self.admission is not None
+        return self.admission
 
     def token_pieces(self) -> TokenPieces:
         """Each token's bytes for grammar lanes, cached for the model's lifetime."""
@@ -62,6 +87,18 @@ class ModelHost:
 
 class UnknownModel(LookupError):
     pass
+
+
+class Overloaded(Exception):
+    """Every place of a model (lanes + queue) is taken: the request is refused, not queued."""
+
+    def __init__(self, host: ModelHost) -> None:
+        admission = host.places
+        super().__init__(
+            f"{host.name} is at capacity: its lanes ({admission.lanes}) and its queue"
+            f" ({admission.queue}) are full; retry shortly"
+        )
+        self.model = host.name
 
 
 class GenerationService:
@@ -103,6 +140,9 @@ class GenerationService:
             thread.join(timeout)
 
     def submit(self, host: ModelHost, request: GenerationRequest, sink: Sink) -> None:
+        """Hand `request` to `host`'s worker; Overloaded when the model has no place for it."""
+        if not host.places.enter():
+            raise Overloaded(host)
         host._inbox.put((request, sink))
         host._wake.set()
 
@@ -122,7 +162,7 @@ class GenerationService:
             try:
                 events = executor.tick()
             except Exception:  # a bug must not kill the worker silently: fail loudly, keep serving
-                log.exception("superfluid: the executor of %s failed a tick", host.name)
+                log.exception("the executor of %s failed a tick", host.name)
                 self._fail_all(host, "internal error in the executor")
                 continue
             for event in events:
@@ -152,12 +192,13 @@ class GenerationService:
             host._sinks[event.request_id] = (sink, generated)
         else:
             del host._sinks[event.request_id]
+            host.places.leave()
             if self._observer is not None:
                 self._observer.finished(host.name, event, generated)
         try:
             sink(event)
         except Exception:
-            log.exception("superfluid: a response sink failed")
+            log.exception("a response sink failed")
 
     def _fail_all(self, host: ModelHost, why: str) -> None:
         for request_id in list(host._sinks):

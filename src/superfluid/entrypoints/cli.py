@@ -30,7 +30,7 @@ from superfluid.domain.spec_settings import (
     from_sources,
     parse_number,
 )
-from superfluid.entrypoints.hosts import ServePlan, superfluid_home
+from superfluid.entrypoints.hosts import DEFAULT_MAX_QUEUE, ServePlan, superfluid_home
 
 log = logging.getLogger("superfluid")
 
@@ -153,6 +153,15 @@ def serve(
             "--model", help="Serve another model too (repeatable); requests pick by name."
         ),
     ] = None,
+    served_model_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--served-model-name",
+            help="The id clients use for a model, instead of its file name (repeatable: the"
+            " first names MODEL, the next each --model in order). The file name is still"
+            " accepted. Default: the file name.",
+        ),
+    ] = None,
     speculate: Annotated[
         str | None,
         typer.Option(
@@ -176,7 +185,17 @@ def serve(
     seed: Annotated[
         str | None, typer.Option(help="Default seed for requests that set none.")
     ] = None,
-    max_lanes: Annotated[int, typer.Option(help="Requests decoded at once.", min=1, max=64)] = 4,
+    max_lanes: Annotated[
+        int, typer.Option(help="Requests decoded at once, per model.", min=1, max=64)
+    ] = 4,
+    max_queue: Annotated[
+        str | None,
+        typer.Option(
+            help="Requests that may wait for a lane, per model; past lanes + queue a request"
+            f" gets 429 with Retry-After at once (default {DEFAULT_MAX_QUEUE}).",
+            show_default=False,
+        ),
+    ] = None,
     ctx_size: Annotated[
         int, typer.Option(help="Context window per lane, in tokens.", min=16)
     ] = 4096,
@@ -269,10 +288,34 @@ def serve(
             ctx_size=ctx_size,
             monitor=not no_monitor,
             env=dict(env),
+            served_names=_served_names(served_model_name),
+            max_queue=_max_queue(max_queue),
         )
         _serve(plan)
     except SuperfluidError as error:
         fail(error.message)
+
+
+def _max_queue(raw: str | None) -> int:
+    if raw is None:
+        return DEFAULT_MAX_QUEUE
+    value = parse_number("--max-queue", raw, kind=int)
+    if not 0 <= value <= 100_000:
+        raise SuperfluidError(f"--max-queue must be in 0..=100000, got {raw.strip()}")
+    return value
+
+
+def _served_names(raw: list[str] | None) -> tuple[str, ...]:
+    names = []
+    for name in raw or []:
+        shown = name.strip()
+        if not shown or any(not ch.isprintable() or ch.isspace() for ch in shown):
+            raise SuperfluidError(
+                f"--served-model-name must be a name without spaces or control characters,"
+                f" got {name!r}"
+            )
+        names.append(shown)
+    return tuple(names)
 
 
 def _temperature(raw: str | None) -> float | None:

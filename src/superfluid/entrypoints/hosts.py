@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Protocol
 
 from superfluid.adapters.bundle_files import read_header
+from superfluid.adapters.model_defaults import model_sampling_defaults
 from superfluid.adapters.model_files import ModelFileError, runtime_for
+from superfluid.application.admission import Admission
 from superfluid.application.executor import Executor
 from superfluid.application.ports import Runtime
 from superfluid.application.registration import (
@@ -27,13 +29,17 @@ from superfluid.application.registration import (
 from superfluid.application.service import ModelHost
 from superfluid.domain.directive import Mode, parse_directive
 from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.sampling_defaults import (
+    BUILT_IN_SAMPLING,
+    SamplingDefaults,
+)
 from superfluid.domain.spec_settings import SpecSettings, depth_for, max_temperature_notice
 from superfluid.entrypoints.discovery import Discovery
 
 log = logging.getLogger("superfluid")
 
-#: The temperature a request gets when neither it nor --temperature sets one.
-BUILT_IN_TEMPERATURE = 0.8
+#: Requests that may wait for a lane, per model, beyond those decoding (`--max-queue`).
+DEFAULT_MAX_QUEUE = 16
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,9 @@ class ServePlan:
     ctx_size: int = 4096
     monitor: bool = True
     env: Mapping[str, str] = field(default_factory=dict)
+    #: `--served-model-name`, one per model in order (fewer: the rest keep their file names).
+    served_names: tuple[str, ...] = ()
+    max_queue: int = DEFAULT_MAX_QUEUE
 
 
 class RuntimeLoader(Protocol):
@@ -81,26 +90,59 @@ def model_name(path: Path) -> str:
     return path.name
 
 
+def served_names(plan: ServePlan) -> list[tuple[str, tuple[str, ...]]]:
+    """Each model's id and the other names it answers to, in the order the models were given.
+
+    A served name (`--served-model-name`) becomes the id; the file name stays an alias, so a
+    client that used it keeps working. Every name must be unique across the models.
+    """
+    if len(plan.served_names) > len(plan.models):
+        raise ModelFileError(
+            f"{len(plan.served_names)} --served-model-name values for {len(plan.models)}"
+            " model(s); give at most one per model, in the order the models are given"
+        )
+    named: list[tuple[str, tuple[str, ...]]] = []
+    for index, path in enumerate(plan.models):
+        file_name = model_name(path)
+        if index < len(plan.served_names):
+            served = plan.served_names[index]
+            named.append((served, () if served == file_name else (file_name,)))
+        else:
+            named.append((file_name, ()))
+    seen: set[str] = set()
+    for name, aliases in named:
+        for each in (name, *aliases):
+            if each in seen:
+                raise ModelFileError(
+                    f"two models answer to the name {each}; requests could not tell them apart"
+                    " (give each a distinct --served-model-name)"
+                )
+            seen.add(each)
+    return named
+
+
 def build_hosts(
     plan: ServePlan,
     loaders: Mapping[str, RuntimeLoader],
     clock: Callable[[], float],
 ) -> list[ModelHost]:
-    names = [model_name(path) for path in plan.models]
-    if len(set(names)) != len(names):
-        raise ModelFileError("two --model files share a name; requests could not tell them apart")
+    names = served_names(plan)
     several = len(plan.models) > 1
-    return [_build_host(path, plan, loaders, clock, several) for path in plan.models]
+    return [
+        _build_host(path, name, aliases, plan, loaders, clock, several)
+        for path, (name, aliases) in zip(plan.models, names, strict=True)
+    ]
 
 
 def _build_host(
     path: Path,
+    name: str,
+    aliases: tuple[str, ...],
     plan: ServePlan,
     loaders: Mapping[str, RuntimeLoader],
     clock: Callable[[], float],
     several: bool,
 ) -> ModelHost:
-    name = model_name(path)
     directive = parse_directive(plan.speculate, home=plan.env.get("HOME"), is_file=os.path.isfile)
     kind = runtime_for(path)
     loader = loaders.get(kind)
@@ -134,7 +176,33 @@ def _build_host(
         drafter=registration.drafter,
         policy=policy,
     )
-    return ModelHost(name, runtime, registration, policy, executor, BUILT_IN_TEMPERATURE)
+    sampling = _sampling_defaults(kind, path, runtime, name)
+    return ModelHost(
+        name,
+        runtime,
+        registration,
+        policy,
+        executor,
+        sampling=sampling,
+        aliases=aliases,
+        admission=Admission(executor.max_lanes, plan.max_queue),
+    )
+
+
+def _sampling_defaults(kind: str, path: Path, runtime: Runtime, name: str) -> SamplingDefaults:
+    """The model's own defaults, said once at startup; the built-in ones where it sets none."""
+    found, notes = model_sampling_defaults(kind, path, runtime)
+    for note in notes:
+        log.info("%s: sampling default ignored: %s", name, note)
+    if found is None:
+        log.info(
+            "%s: the model sets no sampling defaults; requests that set none get %s (built-in)",
+            name,
+            BUILT_IN_SAMPLING.describe(),
+        )
+        return BUILT_IN_SAMPLING
+    log.info("%s: sampling defaults from %s: %s", name, found.source, found.describe())
+    return found
 
 
 def _policy(

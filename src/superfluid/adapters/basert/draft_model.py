@@ -1,15 +1,19 @@
-"""`draft-model:<path>`: a smaller model with the target's tokenizer drafts greedily.
+"""`draft-model:<path>`: a smaller model with the target's tokenizer drafts.
 
 Each lane gets its own KV cache in the draft model. `propose(k)` feeds whatever of the lane's
-committed history the cache lacks, then k−1 of its own argmax tokens one at a time, and returns
-the k argmax tokens; `commit(tokens)` keeps the cache positions whose token the lane really
+committed history the cache lacks, then k−1 of its own draft tokens one at a time, and returns
+the k draft tokens; `commit(tokens)` keeps the cache positions whose token the lane really
 committed (the accepted prefix of the draft) and cuts the rest off, so the next round only
 feeds what is new. As in the executor, the cache never holds the last committed token: it is
 fed first next round, and its row gives the first draft token.
 
-Greedy drafts are deterministic, so verification by matching keeps the output the plain-decode
-output token for token, greedy and sampled; rejection sampling with the draft's distribution q
-(higher acceptance at temperature > 0) comes later.
+On a greedy lane the draft is the draft model's argmax, verified by matching: the output is the
+plain-decode output token for token. On a sampling lane (`propose_sampled`) each draft token is
+drawn from the draft model's own distribution q under the request's sampling parameters, with
+the counter RNG's draft stream, and the executor verifies by rejection sampling with that q
+(SPECULATION.md §6), as the heads do. Drafting the argmax at temperature > 0 accepts only where
+the target happens to sample its own mode (about a quarter of the time on the fixtures); drafting
+from q accepts with probability Σ min(p, q).
 
 A draft model must share the target's tokenizer, token for token, and be able to cut its cache
 back; anything else is refused when the drafter is built, in one sentence.
@@ -21,14 +25,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from superfluid.adapters.basert.bundle import Bundle, BundleError
+from superfluid.adapters.basert.drafter_common import Proposal, Q
 from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
 from superfluid.application.drafting import DraftState
 from superfluid.application.registration import EngineRefusal
+from superfluid.domain.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from superfluid.adapters.basert.runtime import BaseRTRuntime
@@ -96,9 +100,15 @@ class _DraftLane:
         self._drafted: list[int] = []
 
     def propose(self, k: int) -> list[int]:
+        return self._propose(k, Proposal(None, 0)).tokens
+
+    def propose_sampled(self, k: int, params: SamplingParams, pos: int) -> tuple[list[int], Q]:
+        return self._propose(k, Proposal(params, pos)).sampled()
+
+    def _propose(self, k: int, proposal: Proposal) -> Proposal:
         history, cache = self._history, self._cache
         if not history:
-            return []
+            return proposal
         # The cache holds a prefix of the history, then perhaps an unverified draft (a propose
         # with no commit since): keep the history part, and always re-feed the last token,
         # whose row gives the first draft token.
@@ -107,19 +117,17 @@ class _DraftLane:
         # Proposing k tokens feeds the history's tail and k−1 draft tokens.
         k = min(k, cache.limit - len(history) + 1)
         if k <= 0:
-            return []
+            return proposal
         feed = history[cache.length :]
-        draft: list[int] = []
         while True:
             out = self._model.forward([Pass(cache, feed)])
-            token = int(np.argmax(out.logits[0][-1]))
-            draft.append(token)
+            token = proposal.choose(out.logits[0][-1])
             # Past a stop token the lane ends, so drafting further would be wasted work.
-            if len(draft) == k or token in self._stops:
+            if len(proposal.tokens) == k or token in self._stops:
                 break
             feed = [token]
-        self._drafted = draft[:-1]
-        return draft
+        self._drafted = proposal.tokens[:-1]
+        return proposal
 
     def commit(self, tokens: Sequence[int]) -> None:
         before = len(self._history)

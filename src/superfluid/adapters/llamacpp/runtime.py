@@ -107,6 +107,10 @@ class LlamaCppRuntime(ClosedOnExit):
         )
         self._capabilities = self._describe(swa_full)
 
+    def metadata(self, key: str) -> str | None:
+        """A GGUF metadata value as text, None when absent (model sampling defaults read it)."""
+        return model_meta(self._lib, self._model, key)
+
     @classmethod
     def load(
         cls,

@@ -20,8 +20,13 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from superfluid.application.service import GenerationService, ModelHost
-from superfluid.entrypoints.http.errors import SERVER_ERROR, ApiError, install_error_handlers
+from superfluid.application.service import GenerationService, ModelHost, Overloaded
+from superfluid.entrypoints.http.errors import (
+    SERVER_ERROR,
+    ApiError,
+    install_error_handlers,
+    overloaded,
+)
 from superfluid.entrypoints.http.exposition import MetricsExposition, RequestMetricsMiddleware
 from superfluid.entrypoints.http.generation import Generation, Piece, unless_disconnected
 from superfluid.entrypoints.http.intake import (
@@ -67,7 +72,7 @@ def create_app(
 
     @v1.post(
         "/chat/completions",
-        responses={**_REPLY, **_refusals(400, 401, 404, 413)},
+        responses={**_REPLY, **_refusals(400, 401, 404, 413, 429)},
         openapi_extra=openapi_request_body(ChatCompletionBody),
     )
     async def chat_completions(request: Request) -> Response:
@@ -86,7 +91,7 @@ def create_app(
 
     @v1.post(
         "/completions",
-        responses={**_REPLY, **_refusals(400, 401, 404, 413)},
+        responses={**_REPLY, **_refusals(400, 401, 404, 413, 429)},
         openapi_extra=openapi_request_body(CompletionBody),
     )
     async def completions(request: Request) -> Response:
@@ -133,7 +138,10 @@ def create_app(
         work = generation_request(body, host, prompt, defaults)
         generation = Generation(service, host, work, body.stop_strings)
         frame = ReplyFrame(model=host.name, chat=chat)
-        generation.start()
+        try:
+            generation.start()
+        except Overloaded as full:
+            raise overloaded(str(full)) from None
         handed_to_stream = False
         try:
             if body.streaming:
@@ -167,6 +175,7 @@ _REFUSAL_WHY = {
     401: "a wrong or missing API key",
     404: "no such model",
     413: "the body is larger than the server accepts",
+    429: "the model's lanes and queue are full; retry after Retry-After seconds",
 }
 
 
@@ -220,6 +229,8 @@ def _model_card(host: ModelHost, created: int) -> dict[str, Any]:
         "superfluid": {
             "runtime": caps.runtime,
             "strategy": host.registration.strategy,
+            "aliases": list(host.aliases),
+            "sampling_defaults": host.sampling.as_json(),
             "capabilities": {
                 "verify_rows": caps.verify_rows,
                 "verify_batches": caps.verify_batches,

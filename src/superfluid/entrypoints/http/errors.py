@@ -67,6 +67,22 @@ def bad_request(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, param=param)
 
 
+#: Seconds a refused client is told to wait (`Retry-After`): a lane frees within about a
+#: reply's time, and the openai clients honour the header when they retry.
+RETRY_AFTER_SECONDS = 1
+
+
+def overloaded(message: str) -> ApiError:
+    """429: every lane and queue place of the model is taken; nothing was queued."""
+    return ApiError(
+        429,
+        message,
+        type="server_overloaded",
+        code="queue_full",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
 # -- pydantic errors as one readable sentence -----------------------------------------------------
 
 # Pydantic names the member of a union it tried (`str`, `list[str]`, `ContentPart`) inside an

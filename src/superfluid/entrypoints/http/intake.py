@@ -94,21 +94,21 @@ def find_host(service: GenerationService, requested: str | None) -> ModelHost:
     """The served model a request names.
 
     An absent or empty name picks the first served model. Otherwise the name must be a served
-    model's name exactly, or equal it once a model-file suffix (`.gguf`, `.base`,
-    `.safetensors`) is taken off either side, so `Qwen3-4B-Q4` and `Qwen3-4B-Q4.gguf` both reach
-    the model served from `Qwen3-4B-Q4.gguf`. Anything else is a 404: a server serving one
-    model still refuses a name it does not serve, so a client that asked for another model
-    learns it did not get it.
+    model's id or one of its aliases (the file name, when `--served-model-name` gave it another
+    id) exactly, or equal one once a model-file suffix (`.gguf`, `.base`, `.safetensors`) is
+    taken off either side, so `Qwen3-4B-Q4` and `Qwen3-4B-Q4.gguf` both reach the model served
+    from `Qwen3-4B-Q4.gguf`. Anything else is a 404: a server serving one model still refuses a
+    name it does not serve, so a client that asked for another model learns it did not get it.
     """
     hosts = service.hosts
     if not requested:
         return hosts[0]
     for host in hosts:
-        if host.name == requested:
+        if requested == host.name or requested in host.aliases:
             return host
     stem = _file_stem(requested)
     for host in hosts:
-        if _file_stem(host.name) == stem:
+        if any(_file_stem(name) == stem for name in (host.name, *host.aliases)):
             return host
     served = ", ".join(host.name for host in hosts)
     raise ApiError(
@@ -235,7 +235,7 @@ def sampling_params(
     temperature = effective_temperature(
         body.temperature,
         defaults.cli_temperature,
-        model_default=host.default_temperature,
+        model_default=host.sampling.temperature,
         max_temperature=defaults.max_temperature,
         strategy_registered=host.registration.speculates,
     )
@@ -244,12 +244,18 @@ def sampling_params(
     seed = body.seed if body.seed is not None else defaults.cli_seed
     if seed is None:
         seed = secrets.randbits(63)
+    # Unset filters take the model's own defaults (its file's, else off); the request wins.
+    model = host.sampling
+    top_k = body.top_k if body.top_k is not None else model.top_k
+    top_p = body.top_p if body.top_p is not None else model.top_p
+    min_p = body.min_p if body.min_p is not None else model.min_p
+    repeat = body.repeat_penalty if body.repeat_penalty is not None else model.repeat_penalty
     return SamplingParams(
         temperature=temperature,
-        top_k=max(body.top_k or 0, 0),
-        top_p=body.top_p if body.top_p is not None else 1.0,
-        min_p=body.min_p or 0.0,
-        repeat_penalty=body.repeat_penalty or 1.0,
+        top_k=max(top_k or 0, 0),
+        top_p=top_p if top_p is not None else 1.0,
+        min_p=min_p or 0.0,
+        repeat_penalty=repeat or 1.0,
         presence_penalty=body.presence_penalty or 0.0,
         frequency_penalty=body.frequency_penalty or 0.0,
         seed=seed,

@@ -194,9 +194,13 @@ class ReplyFrame:
             body["superfluid"] = extension
         return body
 
-    def usage_chunk(self, usage_block: Json) -> Json:
-        """`stream_options.include_usage`'s last chunk: usage and no choices."""
+    def usage_chunk(self, usage_block: Json, spec: SpecStats | None = None) -> Json:
+        """`stream_options.include_usage`'s last chunk: usage and no choices, and the spec
+        extension too, since it belongs on a stream's final chunk (SPECULATION.md §9)."""
         body = self._head("chat.completion.chunk" if self.chat else "text_completion")
         body["choices"] = []
         body["usage"] = usage_block
+        extension = spec_extension(spec) if spec is not None else None
+        if extension is not None:
+            body["superfluid"] = extension
         return body

@@ -6,6 +6,11 @@ but its tokens are counted, so the next chunk's cumulative usage includes them. 
 a content chunk carries the entries of the tokens whose text it shows; entries still owed when
 the reply ends (tokens that showed no text) ride on the closing chunk.
 
+`superfluid.spec` rides on the chunk with the finish reason and, with
+`stream_options.include_usage`, on the usage-only chunk after it as well: whichever chunk is
+last carries it (SPECULATION.md §9), and a client that stops reading at the finish reason still
+sees it.
+
 The first piece is awaited before the response starts (see app.py), so a failure before any
 byte is an ordinary HTTP error; a failure after the headers went out can only be told in the
 stream: an SSE `data: {"error": ...}` event, then `[DONE]`.
@@ -73,12 +78,13 @@ async def sse_events(
                     )
                 )
                 if options.include_usage:
-                    yield sse(frame.usage_chunk(totals))
+                    # The final chunk carries the spec too (§9), not only the one before it.
+                    yield sse(frame.usage_chunk(totals, piece.spec))
                 break
             piece = await generation.next_piece()
         yield DONE
     except Exception:  # a bug, after the headers went out: say so in the stream, log the rest
-        log.exception("superfluid: a streamed reply failed")
+        log.exception("a streamed reply failed")
         message = "the server failed while streaming this reply; the server log has the details"
         yield sse(error_body(message, type=SERVER_ERROR))
         yield DONE
