@@ -38,9 +38,9 @@ def model(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(model: Path) -> Iterator[Server]:
     env = {**os.environ, "SUPERFLUID_HOME": str(model_cache())}
     args = [str(model), "--served-model-name", "gemma", "--max-lanes", "1", "--max-queue", "1"]
-    # No speculation: outside bit-exact mode llama.cpp's verify rows may differ from plain rows
-    # (ADR 0003), and these tests compare greedy replies across requests.
-    with started([*args, "--speculate", "off", "--ctx-size", "1024"], env) as running:
+    # Speculating: greedy replies must not depend on drafts (ADR 0008), and these tests compare
+    # greedy replies across requests.
+    with started([*args, "--speculate", "auto", "--ctx-size", "1024"], env) as running:
         yield running
 
 
