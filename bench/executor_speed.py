@@ -77,6 +77,7 @@ def generate(
                 runs[event.request_id] = Run(
                     counts[event.request_id], now - start, event.spec.proposed, event.spec.accepted
                 )
+    executor.release_parked()
     return [runs[r.id] for r in requests]
 
 

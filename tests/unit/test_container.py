@@ -80,7 +80,8 @@ def test_startup_names_the_strategy_it_registered(
 def test_auto_on_a_model_that_cannot_cut_decodes_plainly_and_says_why(tmp_path, startup_lines):
     (host,) = container_for([gguf(tmp_path)], "auto", cut_refusal=SWA).hosts()
     assert startup_lines() == [
-        f"speculation: auto: m.gguf on the fake runtime verifies no drafts ({SWA}) — decoding plainly"
+        f"speculation: auto: m.gguf on the fake runtime verifies no drafts ({SWA}) — decoding plainly",
+        f"m.gguf: prefix reuse is off: this model's {SWA}",
     ]
     assert host.policy is None
 

@@ -176,6 +176,9 @@ def _build_host(
         drafter=registration.drafter,
         policy=policy,
     )
+    if not executor.reuses_prefixes:
+        why = caps.reuse_refusal or f"this model's {caps.cut_refusal}"
+        log.info("%s: prefix reuse is off: %s", name, why)
     sampling = _sampling_defaults(kind, path, runtime, name)
     return ModelHost(
         name,

@@ -46,6 +46,8 @@ from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFaul
 from superfluid.domain.errors import SuperfluidError
 
 MAX_VERIFY_ROWS = 16
+#: Throwaway rows worth one pass fewer (see `_padded_widths`).
+PADDING_ROWS_PER_PASS = 4
 N_BATCH = 512
 
 _DECODE_ERRORS = {
@@ -193,6 +195,9 @@ class LlamaCppRuntime(ClosedOnExit):
             eos_tokens=self.vocab.eos_tokens,
             max_sequences=self._max_sequences,
             notes=tuple(notes),
+            reuse_refusal=None
+            if self.kernels.batch_invariant
+            else "these kernels compute a token's KV differently in a batch and alone",
         )
 
     def _cut_refusal(self, swa_full: bool) -> str | None:
@@ -318,10 +323,15 @@ class LlamaCppRuntime(ClosedOnExit):
         longest = max(widths)
         if len(feeds) == 1 or longest > MAX_VERIFY_ROWS or not self.kernels.stream_per_sequence:
             return widths
-        return [
+        padded = [
             longest if feed.start + longest <= self._ctx_size else width
             for feed, width in zip(feeds, widths, strict=True)
         ]
+        # Padding rows run every layer but the vocabulary head; a pass saved saves a read of
+        # every weight. Pad only while the rows added stay below what the saved passes cost.
+        passes_saved = len(set(widths)) - len(set(padded))
+        added = sum(padded) - sum(widths)
+        return padded if added <= PADDING_ROWS_PER_PASS * passes_saved else widths
 
     def _drop_padding(self, feeds: Sequence[Feed], widths: list[int]) -> None:
         lib = self._lib
