@@ -298,16 +298,21 @@ def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients:
 # -- the report -------------------------------------------------------------------------------
 
 
-def llama_best_decode(http_raw: Path | None, workload: str, clients: int) -> float | None:
-    """The best llama-server configuration's decode-only aggregate in an HTTP run, if any."""
+def http_decode(http_raw: Path | None, workload: str, clients: int) -> tuple[float | None, ...]:
+    """From an HTTP run, if any: superfluid auto's decode-only aggregate, and the best
+    llama-server configuration's."""
     if http_raw is None or not http_raw.is_file():
-        return None
+        return None, None
     from bench.http_report import DECODE_ONLY, best_llama
-    from bench.http_results import Results
+    from bench.http_results import AUTO, Results
 
     results = Results.load(http_raw)
-    best = best_llama(results, (workload, 0.0, clients), DECODE_ONLY)
-    return best.decode_aggregate if best is not None else None
+    key = (workload, 0.0, clients)
+    auto, best = results.cell(AUTO, *key), best_llama(results, key, DECODE_ONLY)
+    return (
+        auto.decode_aggregate if auto is not None else None,
+        best.decode_aggregate if best is not None else None,
+    )
 
 
 COLUMNS = (
@@ -321,6 +326,7 @@ COLUMNS = (
     "auto acceptance",
     "oracle acceptance",
     "auto's gate after the cell",
+    "auto over HTTP / oracle",
     "llama-server best (HTTP)",
     "1.1× llama-server possible?",
 )
@@ -334,7 +340,7 @@ def report(cells: list[Cell], args: argparse.Namespace, header: list[str]) -> st
         plain, auto, ceiling = cell.decode(cell.plain), cell.decode(cell.auto), cell.decode(oracle)
         e2e = (cell.end_to_end(cell.plain), cell.end_to_end(cell.auto), cell.end_to_end(oracle))
         auto_accept, oracle_accept = cell.acceptance(cell.auto), cell.acceptance(oracle)
-        peer = llama_best_decode(args.http_raw, cell.workload, cell.clients)
+        served, peer = http_decode(args.http_raw, cell.workload, cell.clients)
         possible = "–" if peer is None else ("yes" if ceiling >= 1.1 * peer else "**no**")
         fraction = auto / ceiling if ceiling else 0.0
         target = ""
@@ -352,6 +358,7 @@ def report(cells: list[Cell], args: argparse.Namespace, header: list[str]) -> st
                 f"{auto_accept:.0%}" if auto_accept is not None else "none drafted",
                 f"{oracle_accept:.0%}" if oracle_accept is not None else "–",
                 cell.auto_gate,
+                "–" if served is None or not ceiling else f"{served:.1f}: {served / ceiling:.0%}",
                 "–" if peer is None else f"{peer:.1f}",
                 possible,
             ]
@@ -375,7 +382,9 @@ METHOD = [
     "depth listed (no gate; best depth is the ceiling; every depth's figure is under it). "
     "**auto**: prompt-lookup with `SpecPolicy` (every gate on), one policy per cell, warmed up "
     "on the cell's prompts until the throughput gate at that lane count has decided.",
-    "- **auto / oracle** is superfluid's fraction of the ceiling (decode-only). **1.1× "
+    "- **auto / oracle** is superfluid's fraction of the ceiling (decode-only), in-process; "
+    "**auto over HTTP / oracle** is the same with the HTTP run's superfluid auto (decode-only "
+    "aggregate, so serving overhead counts against it). **1.1× "
     "llama-server possible?** compares the oracle with 1.1× the best llama-server "
     "configuration's decode-only aggregate in the HTTP run (`--http-raw`): where it says no, "
     "the copy-heavy 1-client target is ≥ 0.95 of the oracle instead. The oracle runs "
