@@ -332,12 +332,21 @@ def client_counts(
     return tuple(counts)
 
 
-def request_for(args: argparse.Namespace, spec: ServerSpec, temperature: float) -> Request:
+def request_for(
+    args: argparse.Namespace, spec: ServerSpec, temperature: float, workload: Workload
+) -> Request:
     if spec.system == LLAMACPP:
         # Its server sends no usage in a stream, so its tokens could not be counted honestly.
         return Request(spec.model_name, temperature, args.tokens, LLAMACPP_SAMPLING, stream=False)
     if is_llama_server(spec.system):
-        extra = {**LLAMA_SERVER_EXTRA, **(LLAMACPP_SAMPLING if temperature > 0 else {})}
+        extra = {
+            **LLAMA_SERVER_EXTRA,
+            **(LLAMACPP_SAMPLING if temperature > 0 else {}),
+            # Single-turn prompts repeat from run to run (and the primer sends run 0's), which
+            # only a bench does: no reuse there, as superfluid has none. A session's own
+            # earlier turns are what a prompt cache is for: kept for multi-turn.
+            "cache_prompt": workload.multi_turn,
+        }
         return Request(
             spec.model_name,
             temperature,
@@ -440,7 +449,12 @@ async def group_cells(
 ) -> list[Cell]:
     most = max(counts)
     sides = [
-        Side(spec.system, base, client_for(base, most), request_for(args, spec, temperature))
+        Side(
+            spec.system,
+            base,
+            client_for(base, most),
+            request_for(args, spec, temperature, workload),
+        )
         for spec, base in servers
     ]
     try:

@@ -730,9 +730,10 @@ METHOD = [
     "It is streamed with `timings_per_token`, whose `predicted_n` counts tokens per chunk as "
     "superfluid's per-chunk usage does, and `draft_n` / `draft_n_accepted` give its "
     "acceptance. Speculating configurations get the same warm-up rounds (`--warmup`) before "
-    "each cell. It keeps a prompt cache: a prompt seen before is not prefilled again, which "
-    "helps its end-to-end rates and TTFT on the repeated single-turn prompts (decode-only "
-    "rates are unaffected); superfluid has no prefix cache.",
+    "each cell. Its prompt cache is switched off (`cache_prompt: false`) on the single-turn "
+    "workloads, whose prompts repeat from run to run as only a bench's do (superfluid has no "
+    "prefix cache), and left on for multi-turn, where reusing a session's earlier turns is "
+    "what it is for.",
     "- **Multi-turn** sessions: 4 greedy turns per client, each sending the whole conversation "
     "so far plus one new user line; sessions carry a unique tag, so a prompt cache reuses a "
     "session's own turns and never another session. *Session time* is the sum of a session's "
