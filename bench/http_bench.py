@@ -53,6 +53,7 @@ from bench.http_load import (
 from bench.http_report import markdown, plot
 from bench.http_results import (
     AUTO,
+    DEFAULT_SYSTEMS,
     LLAMA_SERVERS,
     LLAMACPP,
     PLAIN,
@@ -146,8 +147,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument(
         "--systems",
-        default=",".join(SYSTEMS),
-        help=f"any of: {', '.join(SYSTEMS)} (an entry ending in * is a prefix)",
+        default=",".join(DEFAULT_SYSTEMS),
+        help=f"any of: {', '.join(SYSTEMS)} (an entry ending in * is a prefix; default: "
+        f"{', '.join(DEFAULT_SYSTEMS)})",
     )
     parser.add_argument(
         "--warmup", type=int, help="warm-up rounds before a speculating cell (default 1)"

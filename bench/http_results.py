@@ -25,6 +25,11 @@ RAW = "raw loop"
 LLAMA_SERVER = "llama-server"
 LLAMA_SERVERS = tuple(LLAMA_SERVER_CONFIGS)
 SYSTEMS = (AUTO, PLAIN, LLAMACPP, RAW, *LLAMA_SERVERS)
+#: What a run measures unless `--systems` says otherwise: each llama-server configuration costs
+#: a server per client count and workload, so the default run takes four of them (plain,
+#: --spec-default, and one small-key configuration per n-gram speculator); `'llama-server*'`
+#: takes all.
+DEFAULT_SYSTEMS = (AUTO, PLAIN, LLAMACPP, RAW, *LLAMA_SERVERS[:3], LLAMA_SERVERS[4])
 
 
 def is_llama_server(system: str) -> bool:
