@@ -66,6 +66,7 @@ from bench.http_results import (
     is_llama_server,
 )
 from bench.http_servers import (
+    ServerFailed,
     ServerSpec,
     llama_server_binary,
     llama_server_spec,
@@ -524,6 +525,33 @@ def served_cells(
         return asyncio.run(group_cells(args, servers, workload, temperature, counts))
 
 
+#: Set by `measure`: what went wrong with a server group that was then left out.
+FAILURES: list[str] = []
+
+
+def attempt(
+    args: argparse.Namespace,
+    model: Path,
+    systems: list[str],
+    workload: Workload,
+    temperature: float,
+    commands: dict[str, str],
+    counts: tuple[int, ...],
+) -> list[Cell]:
+    """`served_cells`, tried again once with fresh servers if a server fails (a long run on a
+    shared machine should not be lost to one crash or stray signal); left out, and noted in the
+    report, if it fails twice."""
+    for tries in (1, 2):
+        try:
+            return served_cells(args, model, systems, workload, temperature, commands, counts)
+        except (openai.APIConnectionError, openai.APIStatusError, ServerFailed) as error:
+            what = f"{', '.join(systems)} on {workload.name} T={temperature:g} {counts} client(s)"
+            log(f"{what}: {type(error).__name__}: {error}" + ("; again" if tries == 1 else ""))
+            if tries == 2:
+                FAILURES.append(f"{what} left out after two failures: {type(error).__name__}")
+    return []
+
+
 def measure(args: argparse.Namespace, model: Path) -> tuple[list[Cell], dict[str, str]]:
     cells: list[Cell] = []
     commands: dict[str, str] = {}
@@ -540,24 +568,20 @@ def measure(args: argparse.Namespace, model: Path) -> tuple[list[Cell], dict[str
             superfluid = [system for system in (PLAIN, AUTO) if system in args.systems]
             if superfluid:
                 counts = client_counts(args, PLAIN, temperature, workload)
-                cells += served_cells(
-                    args, model, superfluid, workload, temperature, commands, counts
-                )
+                cells += attempt(args, model, superfluid, workload, temperature, commands, counts)
             if (
                 LLAMACPP in args.systems
                 and temperature in args.llamacpp_temperatures
                 and not workload.multi_turn  # it does not stream usage: no TTFT to report
             ):
                 counts = client_counts(args, LLAMACPP, temperature, workload)
-                cells += served_cells(
-                    args, model, [LLAMACPP], workload, temperature, commands, counts
-                )
+                cells += attempt(args, model, [LLAMACPP], workload, temperature, commands, counts)
             if temperature not in args.llama_server_temperatures:
                 continue
             for system in (s for s in LLAMA_SERVERS if s in args.systems):
                 # A server per client count: `-np` = clients, each slot --ctx-size tokens.
                 for clients in client_counts(args, system, temperature, workload):
-                    cells += served_cells(
+                    cells += attempt(
                         args, model, [system], workload, temperature, commands, (clients,)
                     )
     return cells, commands
@@ -591,7 +615,7 @@ def main(argv: list[str] | None = None) -> None:
     began, load_before = time.monotonic(), loadavg()
     cells, commands = measure(args, model)
     load_after = loadavg()
-    notes = []
+    notes = list(FAILURES)
     if float(load_before.split()[0]) >= args.wait_load > 0:
         notes.append(
             f"measuring began with a 1-minute load of {load_before.split()[0]} (≥ {args.wait_load}): figures are noisier"
