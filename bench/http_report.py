@@ -506,7 +506,7 @@ def session_table(results: Results, workload: str) -> list[str]:
 
         def named(cell: Cell | None, figure: Callable[[Cell], float | None], scale: float) -> str:
             value = _seconds(cell, figure, scale)
-            return value if cell is None or value == "–" else f"{value} ({_config(cell)})"
+            return value if cell is None or value == "–" else f"{value}: {_config(cell)}"
 
         rows.append(
             [
@@ -823,24 +823,47 @@ def plot(results: Results, path: Path) -> None:
     }
     shown = (*SYSTEMS, LLAMA_BEST)
     width = 0.16
+    labelled: dict[str, object] = {}
     for row, metric in zip(axes, METRICS, strict=True):
         for ax, workload in zip(row, workloads, strict=True):
             keys = _keys(results, workload)
+            # Sessions have no decode-only window: their second panel is the session time.
+            sessions = metric == DECODE_ONLY and _multi_turn(results, workload)
             for index, system in enumerate(shown):
                 xs, ys = [], []
                 for position, key in enumerate(keys):
-                    cell = cell_for(results, system, key, metric)
-                    rate = _aggregate(cell, metric) if cell is not None and cell.rounds else None
-                    if rate is not None:
+                    if sessions:
+                        cell = (
+                            _lowest(results, key, SESSION_TARGETS[0])
+                            if system == LLAMA_BEST
+                            else results.cell(system, *key)
+                        )
+                        value = cell.session_seconds if cell is not None else None
+                    else:
+                        cell = cell_for(results, system, key, metric)
+                        value = (
+                            _aggregate(cell, metric) if cell is not None and cell.rounds else None
+                        )
+                    if value is not None:
                         xs.append(position + (index - (len(shown) - 1) / 2) * width)
-                        ys.append(rate)
-                ax.bar(xs, ys, width, label=system, color=colours[system])
+                        ys.append(value)
+                if xs:
+                    labelled[system] = ax.bar(xs, ys, width, label=system, color=colours[system])
             ax.set_xticks(range(len(keys)))
             ax.set_xticklabels([f"{temperature_label(t)}\n{c} cl." for _, t, c in keys])
-            ax.set_title(f"{workload}, {metric}")
-            ax.set_ylabel(f"aggregate tokens/s, {metric}")
+            if sessions:
+                ax.set_title(f"{workload}, session time (lower is better)")
+                ax.set_ylabel("median seconds per 4-turn session")
+            else:
+                ax.set_title(f"{workload}, {metric}")
+                ax.set_ylabel(f"aggregate tokens/s, {metric}")
             ax.grid(axis="y", alpha=0.3)
-    axes[0][0].legend(loc="upper left", fontsize=8)
+    axes[0][0].legend(
+        [labelled[name] for name in shown if name in labelled],
+        [name for name in shown if name in labelled],
+        loc="upper left",
+        fontsize=8,
+    )
     fig.suptitle(f"{results.settings.model}, {results.machine.nproc} cores, {results.machine.date}")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -335,7 +335,7 @@ def test_multi_turn_reports_session_time_and_later_turn_ttft_against_their_targe
     assert auto.session_seconds == pytest.approx(8.0)
     assert auto.later_ttft == pytest.approx(0.4)
     assert (
-        "| 1 | 8.00 | 8.80 | 12.00 | 10.00 (ngram-simple n3 m8) | 0.80× (≤ 0.9 ✓) "
+        "| 1 | 8.00 | 8.80 | 12.00 | 10.00: ngram-simple n3 m8 | 0.80× (≤ 0.9 ✓) "
         "| 400 | 400 | 100 |" in page
     )
     assert "4.00× (≤ 1.2 ✗)" in page
