@@ -11,7 +11,10 @@ open-ended and multi-turn workloads, greedy at 1, 2, 4 and 8 concurrent clients 
 together and measured run by run, alternately; llama-cpp-python's server runs on its own, and
 so does llama-server, once per configuration (plain, `--spec-default`, n-gram speculators) and
 client count (`-np` = clients). `--systems` and `--workloads` limit a run; a `--systems` entry
-ending in `*` is a prefix (`'llama-server*'`: every llama-server configuration).
+ending in `*` is a prefix (`'llama-server*'`: every llama-server configuration). A default full
+run takes roughly 80–90 minutes on 2 cores: about 30 for superfluid (multi-turn included) and
+llama-cpp-python, about 13 per llama-server configuration (four by default). Afterwards,
+`python -m bench.oracle_ceiling` reads its raw JSON for the ceiling's report (oracle.md).
 Reports end-to-end rates (prefill included) and decode-only rates (after the first content
 chunk). Writes `README.md` (tables, targets, machine, commands), `throughput.png` and
 `http_bench.raw.json` into `--out` (default `docs/benchmarks/`; `/tmp/superfluid-http-bench/quick`
