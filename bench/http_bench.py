@@ -458,7 +458,7 @@ async def group_cells(
         Side(
             spec.system,
             base,
-            client_for(base, most),
+            client_for(base, most, keepalive=not is_llama_server(spec.system)),
             request_for(args, spec, temperature, workload),
         )
         for spec, base in servers
@@ -507,6 +507,7 @@ def served_cells(
     temperature: float,
     commands: dict[str, str],
     counts: tuple[int, ...],
+    suffix: str = "",
 ) -> list[Cell]:
     """Start the systems' servers side by side (an idle one uses no CPU: its llama.cpp threads
     sleep between requests), measure their cells together, stop them."""
@@ -523,7 +524,8 @@ def served_cells(
                     f"--ctx-size {args.ctx_size * max(counts)}",
                     f"--ctx-size <{args.ctx_size} × clients>",
                 )
-            log_path = args.log_dir / f"{system.replace(' ', '-')}-{group}-{max(counts)}.log"
+            name = f"{system.replace(' ', '-')}-{group}-{max(counts)}{suffix}.log"
+            log_path = args.log_dir / name
             servers.append((spec, stack.enter_context(running(spec, log_path))))
         return asyncio.run(group_cells(args, servers, workload, temperature, counts))
 
@@ -546,7 +548,10 @@ def attempt(
     report, if it fails twice."""
     for tries in (1, 2):
         try:
-            return served_cells(args, model, systems, workload, temperature, commands, counts)
+            suffix = "" if tries == 1 else "-retry"  # the failed try's log stays
+            return served_cells(
+                args, model, systems, workload, temperature, commands, counts, suffix
+            )
         except (openai.APIConnectionError, openai.APIStatusError, ServerFailed) as error:
             what = f"{', '.join(systems)} on {workload.name} T={temperature:g} {counts} client(s)"
             log(f"{what}: {type(error).__name__}: {error}" + ("; again" if tries == 1 else ""))

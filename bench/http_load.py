@@ -108,8 +108,14 @@ class Request:
     stream_options: dict[str, Any] | None = None  # None: STREAM_OPTIONS
 
 
-def client_for(base: str, clients: int) -> openai.AsyncOpenAI:
-    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+def client_for(base: str, clients: int, *, keepalive: bool = True) -> openai.AsyncOpenAI:
+    """`keepalive=False` opens a connection per request. For llama-server (cpp-httplib): twice in
+    quick runs a request failed with "Server disconnected without sending a response" while the
+    server stayed up and served on, each time right after a streamed reply; a kept-alive
+    connection closed by the server as the next request went out is the likely race. On
+    loopback a fresh connection costs well under a millisecond."""
+    keep = clients + 4 if keepalive else 0
+    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=keep)
     return openai.AsyncOpenAI(
         base_url=f"{base}/v1",
         api_key="unused",

@@ -206,7 +206,11 @@ def running(spec: ServerSpec, log_path: Path, *, start_timeout: float = 180.0) -
         _wait_ready(process, base, log_path, start_timeout)
         yield base
     finally:
+        died = process.poll()
         _stop(process)
+        if died is not None:  # it ended before it was stopped: say how, for the post-mortem
+            with log_path.open("a") as log:
+                log.write(f"\n[bench] the server had exited by itself with {died}\n")
 
 
 def _wait_ready(
