@@ -475,7 +475,12 @@ async def group_cells(
 
 
 def server_for(
-    args: argparse.Namespace, system: str, model: Path, group: str, slots: int
+    args: argparse.Namespace,
+    system: str,
+    model: Path,
+    group: str,
+    slots: int,
+    prefix_reuse: bool = True,
 ) -> ServerSpec:
     if is_llama_server(system):
         return llama_server_spec(
@@ -490,7 +495,12 @@ def server_for(
         return llamacpp_python_spec(model, ctx_size=args.ctx_size, threads=args.threads)
     speculate = "auto" if system == AUTO else "off"
     spec = superfluid_spec(
-        system, model, speculate, max_lanes=args.max_lanes, ctx_size=args.ctx_size
+        system,
+        model,
+        speculate,
+        max_lanes=args.max_lanes,
+        ctx_size=args.ctx_size,
+        prefix_reuse=prefix_reuse,
     )
     if args.profile is not None:
         out = f"{args.profile}-{speculate}-{group}.prof"
@@ -517,7 +527,9 @@ def served_cells(
     with contextlib.ExitStack() as stack:
         servers = []
         for system in systems:
-            spec = server_for(args, system, model, group, max(counts))
+            # Single-turn prompts repeat only because the bench repeats them: no reuse there
+            # (llama-server's prompt cache is off for them too), reuse on multi-turn.
+            spec = server_for(args, system, model, group, max(counts), workload.multi_turn)
             commands[system] = spec.shown().replace(f"-np {max(counts)}", "-np <clients>")
             if is_llama_server(system):
                 commands[system] = commands[system].replace(

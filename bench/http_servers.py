@@ -43,7 +43,13 @@ class ServerSpec:
 
 
 def superfluid_spec(
-    system: str, model: Path, speculate: str, *, max_lanes: int, ctx_size: int
+    system: str,
+    model: Path,
+    speculate: str,
+    *,
+    max_lanes: int,
+    ctx_size: int,
+    prefix_reuse: bool = True,
 ) -> ServerSpec:
     argv = (
         str(SUPERFLUID),
@@ -59,6 +65,7 @@ def superfluid_spec(
         "--ctx-size",
         str(ctx_size),
         "--offline",
+        *(() if prefix_reuse else ("--no-prefix-reuse",)),
     )
     return ServerSpec(system, argv, model.name)
 

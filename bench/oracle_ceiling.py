@@ -242,7 +242,7 @@ def gate_phase(policy: SpecPolicy, lanes: int) -> str:
 
 def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients: int) -> Cell:
     cell = Cell(workload.name, clients)
-    plain = Executor(runtime, max_lanes=clients, clock=time.perf_counter)
+    plain = Executor(runtime, max_lanes=clients, clock=time.perf_counter, reuse_prefixes=False)
     # auto: one policy for the whole cell, warmed up until its gate at this lane count decides.
     policy = spec_policy(runtime)
     auto = Executor(
@@ -251,6 +251,7 @@ def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients:
         clock=time.perf_counter,
         drafter=PromptLookupDrafter(),
         policy=policy,
+        reuse_prefixes=False,  # the bench repeats prompts; a live server's would differ
     )
     for warm in range(max(args.warmup, args.warmup_max)):
         phase = gate_phase(policy, clients)
@@ -263,10 +264,10 @@ def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients:
         base = run_round(plain, prompts, args.tokens)
         cell.plain.append(base)
         for depth in args.depths:
-            # Verifying a draft's rows in one batch can break a near-tie differently from
-            # plain decoding; the oracle then has no continuation to draft from there on. Up
-            # to --passes times, the last pass's own output becomes the continuation, so the
-            # measured pass drafts the path it decodes.
+            # On batch-invariant kernels the first pass decodes the continuation exactly; on
+            # others verifying a draft's rows in one batch can break a near-tie differently
+            # from plain decoding. Up to --passes times, the last pass's own output becomes the
+            # continuation, so the measured pass drafts the path it decodes.
             continuation = base.outputs
             for attempt in range(args.passes):
                 oracle = Executor(
@@ -277,6 +278,7 @@ def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients:
                         {tuple(p): o for p, o in zip(prompts, continuation, strict=True)}
                     ),
                     policy=FixedDepth(depth),
+                    reuse_prefixes=False,
                 )
                 figures = run_round(oracle, prompts, args.tokens)
                 if figures.outputs == continuation:
