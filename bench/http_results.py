@@ -29,7 +29,17 @@ SYSTEMS = (AUTO, PLAIN, LLAMACPP, RAW, *LLAMA_SERVERS)
 #: a server per client count and workload, so the default run takes four of them (plain,
 #: --spec-default, and one small-key configuration per n-gram speculator); `'llama-server*'`
 #: takes all.
-DEFAULT_SYSTEMS = (AUTO, PLAIN, LLAMACPP, RAW, *LLAMA_SERVERS[:3], LLAMA_SERVERS[4])
+#: llama-server: plain, --spec-default, and the best n-gram configurations measured by hand.
+DEFAULT_SYSTEMS = (
+    AUTO,
+    PLAIN,
+    LLAMACPP,
+    RAW,
+    "llama-server",
+    "llama-server spec-default",
+    "llama-server ngram-simple n3 m8",
+    "llama-server ngram-map-k n3 m16",
+)
 
 
 def is_llama_server(system: str) -> bool:

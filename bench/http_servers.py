@@ -133,6 +133,14 @@ LLAMA_SERVER_CONFIGS: dict[str, tuple[str, ...]] = {
         "--spec-ngram-map-k-size-m",
         "8",
     ),
+    "llama-server ngram-map-k n3 m16": (
+        "--spec-type",
+        "ngram-map-k",
+        "--spec-ngram-map-k-size-n",
+        "3",
+        "--spec-ngram-map-k-size-m",
+        "16",
+    ),
     "llama-server ngram-map-k n2 m16": (
         "--spec-type",
         "ngram-map-k",
