@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from superfluid.domain.prompt_lookup import MatchHistory, PromptLookupIndex
+from superfluid.domain.prompt_lookup import PromptLookupIndex
 from superfluid.domain.sampling import SamplingParams
 
 
@@ -52,48 +52,23 @@ class Drafter(Protocol):
 
 
 class PromptLookupDrafter:
-    """n-gram drafting from the lane's own context (SPECULATION.md §4).
-
-    With `sized_by_match`, a draft's length follows what the last draft from the same n-gram
-    earned (`MatchHistory`) instead of the per-lane ramp, within the gates' depth.
-    """
+    """n-gram drafting from the lane's own context (SPECULATION.md §4)."""
 
     strategy = "prompt-lookup"
 
-    def __init__(self, *, sized_by_match: bool = False) -> None:
-        self._sized_by_match = sized_by_match
-
     def open(self, prompt: Sequence[int], *, seq: int) -> DraftState:
         del seq  # the lane's own history is all prompt-lookup needs
-        return _PromptLookupState(prompt, MatchHistory() if self._sized_by_match else None)
+        return _PromptLookupState(prompt)
 
 
 class _PromptLookupState:
-    __slots__ = ("_draft", "_history", "_index", "_key")
+    __slots__ = ("_index",)
 
-    def __init__(self, prompt: Sequence[int], history: MatchHistory | None) -> None:
+    def __init__(self, prompt: Sequence[int]) -> None:
         self._index = PromptLookupIndex(prompt)
-        self._history = history
-        self._draft: list[int] = []
-        self._key: tuple[int, ...] | None = None
-
-    def draft_size(self, depth: int) -> int | None:
-        """The draft length the match's own history asks for; None: the caller decides."""
-        if self._history is None:
-            return None
-        return self._history.size(self._index.key(), depth)
 
     def propose(self, k: int) -> list[int]:
-        self._draft, self._key = self._index.draft_keyed(k) if k > 0 else ([], None)
-        return list(self._draft)
+        return self._index.draft(k)
 
     def commit(self, tokens: Sequence[int]) -> None:
-        if self._history is not None and self._key is not None and self._draft:
-            accepted = 0
-            for drafted, committed in zip(self._draft, tokens, strict=False):
-                if drafted != committed:
-                    break
-                accepted += 1
-            self._history.record(self._key, len(self._draft), min(accepted, len(tokens) - 1))
-        self._draft, self._key = [], None
         self._index.extend(tokens)

@@ -432,10 +432,7 @@ class Executor:
         # (the pending token takes a cell too) and the rows the runtime verifies at once.
         budget = lane.request.max_tokens - lane.generated
         room = self._caps.context_size - lane.kv_len - 1
-        sized = getattr(state, "draft_size", None)
-        by_match = sized(depth) if sized is not None else None
-        cap = lane.ramp.cap(depth) if by_match is None else by_match
-        k = min(cap, budget - 1, room, self._caps.max_verify_rows - 1)
+        k = min(lane.ramp.cap(depth), budget - 1, room, self._caps.max_verify_rows - 1)
         if k <= 0:
             return [], None
         params = lane.request.params
