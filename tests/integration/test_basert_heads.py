@@ -194,7 +194,7 @@ def run(
 
 
 def drafter_for(strategy: str, bundles: dict[str, Path], runtime: BaseRTRuntime) -> tuple[Spy, int]:
-    """A spied drafter for `strategy` and its default depth (SPECULATION.md §4)."""
+    """A spied drafter for `strategy` and its default depth (docs/contract.md §4)."""
     role = STRATEGIES[strategy][1]
     path = bundles[role] if role else None
     block = read_header(path).block_size if path else None

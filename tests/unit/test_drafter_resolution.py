@@ -1,4 +1,4 @@
-"""`auto` and explicit drafters for a .base target, on real files (SPECULATION.md §3, §5)."""
+"""`auto` and explicit drafters for a .base target, on real files (docs/contract.md §3, §5)."""
 
 import hashlib
 from pathlib import Path

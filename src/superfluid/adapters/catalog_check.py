@@ -1,4 +1,4 @@
-"""Whether a drafter file is the bytes the hub catalog lists for it (SPECULATION.md §5).
+"""Whether a drafter file is the bytes the hub catalog lists for it (docs/contract.md §5).
 
 The rules are the domain's (`domain.catalog`); this adapter supplies the file's size and digest,
 in the order that keeps a start fast: a file the catalog does not pin is never read, the size is

@@ -1,4 +1,4 @@
-"""Where `auto` looks for installed drafters, and which `.base` files lie there (SPECULATION.md §3).
+"""Where `auto` looks for installed drafters, and which `.base` files lie there (docs/contract.md §3).
 
 Searched, in this order: the target's directory, `drafters/` beside it and `drafters/` one level
 up, each without descending; then the baseRT models cache, descending three directory levels so

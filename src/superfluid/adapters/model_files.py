@@ -1,4 +1,4 @@
-"""Which runtime a model file belongs to: the file decides (SPECULATION.md §1)."""
+"""Which runtime a model file belongs to: the file decides (docs/contract.md §1)."""
 
 from __future__ import annotations
 

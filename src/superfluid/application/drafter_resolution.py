@@ -1,4 +1,4 @@
-"""What a `--speculate` directive resolves to for a `.base` target (SPECULATION.md §2, §3, §5).
+"""What a `--speculate` directive resolves to for a `.base` target (docs/contract.md §2, §3, §5).
 
 `rank_auto` gathers the facts the domain's ranking needs — each found file's header, whether the
 catalog vouches for its bytes, pairing, naming, quantisation — and returns the ranked candidates

@@ -7,7 +7,7 @@ verified by sample-and-match, so a speculating lane emits exactly what a plain l
 
 A draft state that can also *sample* its proposal (`SampledDraftState`) returns the
 distributions q it drew from; on a sampling lane the executor then verifies by rejection
-sampling, which keeps acceptance high at temperature > 0 (SPECULATION.md §6).
+sampling, which keeps acceptance high at temperature > 0 (docs/contract.md §6).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Drafter(Protocol):
 
 
 class PromptLookupDrafter:
-    """n-gram drafting from the lane's own context (SPECULATION.md §4)."""
+    """n-gram drafting from the lane's own context (docs/contract.md §4)."""
 
     strategy = "prompt-lookup"
 

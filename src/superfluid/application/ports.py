@@ -19,7 +19,7 @@ Logits = npt.NDArray[np.float32]
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a loaded model can do for speculation (SPECULATION.md §1).
+    """What a loaded model can do for speculation (docs/contract.md §1).
 
     `cut_refusal` is None when a sequence's KV can be cut back to any length; otherwise it is
     the runtime's own reason, phrased to follow "this model's …" (for example "sliding-window

@@ -1,4 +1,4 @@
-"""Registering a speculation strategy for one loaded model (SPECULATION.md §1–§3).
+"""Registering a speculation strategy for one loaded model (docs/contract.md §1–§3).
 
 A parsed directive meets the runtime's capability record here. Only `auto` falls back: an
 explicit directive that this runtime cannot honour is a startup error (DirectiveError, exit 2),

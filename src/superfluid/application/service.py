@@ -208,7 +208,7 @@ class GenerationService:
 
 
 def _log_abandonment(host: ModelHost) -> None:
-    """Say once, when it happens, that the yield floor gave the strategy up (SPECULATION.md §7:
+    """Say once, when it happens, that the yield floor gave the strategy up (docs/contract.md §7:
     visible on /metrics and in the log)."""
     policy = host.policy
     if policy is None or host._abandonment_logged or not policy.abandoned:

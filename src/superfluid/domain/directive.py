@@ -1,4 +1,4 @@
-"""The `--speculate` grammar (SPECULATION.md §2).
+"""The `--speculate` grammar (docs/contract.md §2).
 
 A directive is parsed once per served model, in the order the contract gives: `off`/empty,
 `prompt-lookup`, `mtp-head`, `<kind>:<path>`, `auto`, an existing file, else a refusal.

@@ -1,6 +1,6 @@
 """Which installed drafters fit a target, and in which order `auto` tries them.
 
-Fit (SPECULATION.md §3 item 3): same hidden size and vocabulary; a drafter that names how many
+Fit (docs/contract.md §3 item 3): same hidden size and vocabulary; a drafter that names how many
 target layers it was trained against names the target's layer count; every target/aux layer id
 it taps exists in the target; same backend class.
 

@@ -1,4 +1,4 @@
-"""Speculation settings: defaults, sources and validation (SPECULATION.md §4, §7, §8).
+"""Speculation settings: defaults, sources and validation (docs/contract.md §4, §7, §8).
 
 Every knob resolves as **flag > environment > built-in default**. The environment arrives as a
 mapping passed in by the caller, so this module never reads the process environment. A settings
@@ -319,8 +319,7 @@ def effective_temperature(
 
     The request's own value wins, then `--temperature`; both are the user's choice and are never
     capped. Only the fallback (`model_default`: the model's default, or the built-in one) is
-    capped, because a flat distribution rejects most drafts (the seed's 41% vs 59% MTP
-    acceptance), and only when a strategy is registered, since without one the cap buys nothing.
+    capped, because a flat distribution rejects most drafts, and only when a strategy is registered, since without one the cap buys nothing.
     """
     if request_temperature is not None:
         return request_temperature

@@ -1,6 +1,6 @@
 """Turning `superfluid serve`'s arguments into served models: load, register, gate.
 
-The directive is resolved per model (SPECULATION.md §2): each model's runtime says what it can
+The directive is resolved per model (docs/contract.md §2): each model's runtime says what it can
 run, and an explicit directive it cannot honour stops startup with the contract's message.
 """
 

@@ -96,7 +96,7 @@ class BlockDrafter:
 
     @property
     def block_size(self) -> int:
-        """The drafter's block width: its default depth (SPECULATION.md §4)."""
+        """The drafter's block width: its default depth (docs/contract.md §4)."""
         return self.weights.block_size
 
     def open(self, prompt: Sequence[int], *, seq: int) -> DraftState:

@@ -11,7 +11,7 @@ On a greedy lane the draft is the draft model's argmax, verified by matching: th
 plain-decode output token for token. On a sampling lane (`propose_sampled`) each draft token is
 drawn from the draft model's own distribution q under the request's sampling parameters, with
 the counter RNG's draft stream, and the executor verifies by rejection sampling with that q
-(SPECULATION.md §6), as the heads do. Drafting the argmax at temperature > 0 accepts only where
+(docs/contract.md §6), as the heads do. Drafting the argmax at temperature > 0 accepts only where
 the target happens to sample its own mode (about a quarter of the time on the fixtures); drafting
 from q accepts with probability Σ min(p, q).
 

@@ -2,13 +2,13 @@
 that turn into the engine's refusals, and choosing a draft token greedily or by sampling.
 
 Refusals are one line each (EngineRefusal, shown after `--speculate <d>: `): a drafter of another
-kind, one that does not fit the target (the domain's fit rule, SPECULATION.md §3, plus what the
+kind, one that does not fit the target (the domain's fit rule, docs/contract.md §3, plus what the
 reference backend itself needs), and a missing or mis-shaped tensor (the bundle reader's line,
 which names the file and the tensor).
 
 Sampling a draft: token i of a proposal is drawn from the drafter's own distribution q, shaped by
 the lane's sampling parameters exactly as the verifier shapes p (temperature, top-k, top-p,
-min-p; no penalties: a drafter predicts the unpenalised distribution, SPECULATION.md §8), with
+min-p; no penalties: a drafter predicts the unpenalised distribution, docs/contract.md §8), with
 the uniform `uniform(seed, pos + i, STREAM_DRAFT)`, independent of the verifier's coins.
 """
 

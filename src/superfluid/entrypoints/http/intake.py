@@ -209,7 +209,7 @@ def check_supported(body: SamplingFields) -> None:
 
 
 def must_decode_plainly(body: SamplingFields) -> bool:
-    """Lanes with a grammar, a logit bias or logprobs never speculate (SPECULATION.md §8)."""
+    """Lanes with a grammar, a logit bias or logprobs never speculate (docs/contract.md §8)."""
     if body.logit_bias:
         return True
     if isinstance(body, ChatCompletionBody):
