@@ -93,7 +93,7 @@ def test_ruff_finds_nothing():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_core_type_checks_strictly():
+def test_all_of_src_type_checks_strictly():
     result = subprocess.run(
         [str(BIN / "mypy"), "--no-error-summary"], cwd=ROOT, capture_output=True, text=True
     )

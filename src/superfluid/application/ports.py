@@ -93,9 +93,3 @@ class Runtime(Protocol):
         else one row (after the last token).
         """
         ...
-
-
-class Clock(Protocol):
-    def __call__(self) -> float:
-        """Monotonic seconds."""
-        ...

@@ -25,9 +25,5 @@ class SettingsError(SuperfluidError):
     """A speculation flag or environment value out of range (exit 2)."""
 
 
-class CatalogMismatch(SuperfluidError):
-    """A drafter the hub catalog lists whose bytes are not the catalog's."""
-
-
 class SamplingParamsError(SuperfluidError, ValueError):
     """A sampling parameter out of range (a request's fault: HTTP 400)."""

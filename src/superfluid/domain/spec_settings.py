@@ -211,10 +211,6 @@ class SpecSettings:
             _check_max_temperature(self.max_temperature, format_number(self.max_temperature))
         return self
 
-    @property
-    def yield_floor_enabled(self) -> bool:
-        return self.min_yield > 0.0
-
 
 def _given(value: str | None) -> str | None:
     """An absent or blank value is "not given", so `VAR=` falls through to the default."""

@@ -24,7 +24,7 @@ from superfluid.entrypoints.http.app import create_app
 from superfluid.entrypoints.mlx_loader import load_mlx
 
 # `*_created` series double /metrics for no reader we serve; process-wide, so set here.
-prometheus_client.disable_created_metrics()
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 def lane_capacity(hosts: Sequence[ModelHost]) -> dict[str, int]:
