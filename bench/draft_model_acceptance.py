@@ -20,8 +20,8 @@ from pathlib import Path
 
 from superfluid.adapters.basert.fixtures import make_fixtures
 from superfluid.adapters.basert.runtime import BaseRTRuntime
-from superfluid.application.drafting import Drafter, DraftState
 from superfluid.application.executor import Executor
+from superfluid.application.ports import Drafter, DraftState
 from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling import SamplingParams

@@ -23,9 +23,8 @@ from superfluid.adapters.basert.bundle import Bundle
 from superfluid.adapters.basert.fixtures import make_fixtures, write_model_bundle
 from superfluid.adapters.basert.runtime import BaseRTRuntime
 from superfluid.adapters.bundle_files import read_header
-from superfluid.application.drafting import Drafter, DraftState, SampledDraftState
 from superfluid.application.executor import Executor
-from superfluid.application.ports import Feed, RuntimeFault
+from superfluid.application.ports import Drafter, DraftState, Feed, RuntimeFault, SampledDraftState
 from superfluid.application.registration import EngineRefusal
 from superfluid.application.requests import Finish, GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy

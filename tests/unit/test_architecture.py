@@ -98,3 +98,14 @@ def test_all_of_src_type_checks_strictly():
         [str(BIN / "mypy"), "--no-error-summary"], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_http_talks_to_served_models_never_to_their_runtimes():
+    http = ROOT / "src" / "superfluid" / "entrypoints" / "http"
+    for path in sorted(http.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "runtime":
+                assert not (isinstance(node.value, ast.Name) and node.value.id == "host"), (
+                    f"{path.name}:{node.lineno} reaches into host.runtime"
+                )

@@ -1,4 +1,9 @@
-"""Ports: what the application needs from the outside world, as Protocols.
+"""Ports: what the application needs from the outside world, as Protocols, all in one place.
+
+- `Runtime` (with `Capabilities`, `Feed`): a loaded model; `RuntimeLoader` loads one.
+- `Drafter` / `DraftState` / `SampledDraftState`: where draft tokens come from, per lane.
+- `DrafterEngine`: a runtime that builds drafters for its own model.
+- `TokenConstraint`: a grammar a lane's every token must satisfy.
 
 A runtime is a loaded model. It knows its own capabilities, tokenises, and runs **one packed
 step**: tokens for several sequences at once, returning logits rows. Everything about drafting,
@@ -9,10 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+
+from superfluid.domain.sampling import SamplingParams
 
 Logits = npt.NDArray[np.float32]
 
@@ -92,4 +100,57 @@ class Runtime(Protocol):
         Returns, per feed and in order, a 2-D array: one row per fed token with `all_rows`,
         else one row (after the last token).
         """
+        ...
+
+
+class RuntimeLoader(Protocol):
+    def __call__(self, path: Path, *, ctx_size: int, max_lanes: int) -> Runtime: ...
+
+
+class DraftState(Protocol):
+    def propose(self, k: int) -> list[int]:
+        """Up to k tokens to verify (greedy/deterministic)."""
+        ...
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        """The tokens the round committed (accepted draft tokens and the one after them)."""
+        ...
+
+
+@runtime_checkable
+class SampledDraftState(DraftState, Protocol):
+    def propose_sampled(
+        self, k: int, params: SamplingParams, pos: int
+    ) -> tuple[list[int], npt.NDArray[np.float64]]:
+        """Up to k tokens drawn from the drafter's own distributions, and those distributions
+        (one row per token, over the target's vocabulary). Draw token i with the counter RNG at
+        `uniform(params.seed, pos + i, STREAM_DRAFT)` so the draft is independent of the
+        verifier's coins."""
+        ...
+
+
+class Drafter(Protocol):
+    @property
+    def strategy(self) -> str: ...
+
+    def open(self, prompt: Sequence[int], *, seq: int) -> DraftState: ...
+
+
+@runtime_checkable
+class DrafterEngine(Protocol):
+    """A runtime that builds drafters for its own model (the basert runtime)."""
+
+    def drafter(self, strategy: str, path: Path | None) -> Drafter:
+        """A drafter for `strategy` (and its file); raises EngineRefusal with the reason."""
+        ...
+
+
+class TokenConstraint(Protocol):
+    def allowed(self, token: int) -> bool: ...
+
+    def commit(self, token: int) -> None: ...
+
+    @property
+    def complete(self) -> bool:
+        """Nothing more may be generated: the lane ends (finish reason "stop")."""
         ...

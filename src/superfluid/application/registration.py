@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from superfluid.application.drafter_resolution import AutoResolution
-from superfluid.application.drafting import Drafter, PromptLookupDrafter
-from superfluid.application.ports import Capabilities
+from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.ports import Capabilities, Drafter, DrafterEngine
 from superfluid.domain import announcements as say
 from superfluid.domain.directive import Directive, Mode
 from superfluid.domain.errors import DirectiveError, SuperfluidError
@@ -63,15 +62,6 @@ def register_prompt_lookup_runtime(
 
 class EngineRefusal(SuperfluidError):
     """The runtime will not run this drafter (its reason is the message)."""
-
-
-@runtime_checkable
-class DrafterEngine(Protocol):
-    """A runtime that builds drafters for its own model (the basert runtime)."""
-
-    def drafter(self, strategy: str, path: Path | None) -> Drafter:
-        """A drafter for `strategy` (and its file); raises EngineRefusal with the reason."""
-        ...
 
 
 def split_pick(pick: str) -> tuple[str, Path | None]:

@@ -7,7 +7,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from superfluid.application.grammar import TokenConstraint
+from superfluid.application.ports import TokenConstraint
 from superfluid.domain.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 from superfluid.domain.sampling import SamplingParams
 

@@ -11,16 +11,14 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from superfluid.adapters.bundle_files import read_header
 from superfluid.adapters.model_defaults import model_sampling_defaults
 from superfluid.adapters.model_files import ModelFileError, runtime_for
 from superfluid.application.admission import Admission
 from superfluid.application.executor import Executor
-from superfluid.application.ports import Runtime
+from superfluid.application.ports import DrafterEngine, Runtime, RuntimeLoader
 from superfluid.application.registration import (
-    DrafterEngine,
     Registration,
     register_auto,
     register_explicit,
@@ -62,10 +60,6 @@ class ServePlan:
     #: `--served-model-name`, one per model in order (fewer: the rest keep their file names).
     served_names: tuple[str, ...] = ()
     max_queue: int = DEFAULT_MAX_QUEUE
-
-
-class RuntimeLoader(Protocol):
-    def __call__(self, path: Path, *, ctx_size: int, max_lanes: int) -> Runtime: ...
 
 
 def load_llamacpp(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:

@@ -49,7 +49,7 @@ from superfluid.adapters.basert.drafter_common import (
     tap_ids,
 )
 from superfluid.adapters.basert.layers import F32, linear, rms_norm
-from superfluid.application.drafting import DraftState
+from superfluid.application.ports import DraftState
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.sampling import SamplingParams
 

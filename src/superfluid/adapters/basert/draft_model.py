@@ -30,7 +30,7 @@ from superfluid.adapters.basert.drafter_common import Proposal, Q
 from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
-from superfluid.application.drafting import DraftState
+from superfluid.application.ports import DraftState
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.sampling import SamplingParams
 

@@ -61,7 +61,7 @@ from superfluid.adapters.basert.layers import (
     rope_tables,
 )
 from superfluid.adapters.basert.model_config import ModelConfig
-from superfluid.application.drafting import DraftState
+from superfluid.application.ports import DraftState
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.sampling import SamplingParams
 

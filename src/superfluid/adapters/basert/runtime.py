@@ -35,8 +35,8 @@ from superfluid.adapters.basert.hidden_store import F32, HiddenStore
 from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
-from superfluid.application.drafting import Drafter, PromptLookupDrafter
-from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
+from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.ports import Capabilities, Drafter, Feed, Logits, RuntimeFault
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.bundle_header import BundleHeader
 
