@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from superfluid.adapters.basert.draft_model import DraftModelDrafter
+from superfluid.adapters.basert.drafters.draft_model import DraftModelDrafter
 from superfluid.adapters.basert.fixtures import (
     CORPUS,
     make_fixtures,

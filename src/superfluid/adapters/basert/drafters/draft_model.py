@@ -23,19 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from superfluid.adapters.basert.bundle import Bundle, BundleError
-from superfluid.adapters.basert.drafter_common import Proposal, Q
+from superfluid.adapters.basert.drafters.common import Proposal, Q
 from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
+from superfluid.adapters.basert.target import DraftTarget
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
 from superfluid.application.ports import DraftState
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.sampling import SamplingParams
-
-if TYPE_CHECKING:
-    from superfluid.adapters.basert.runtime import BaseRTRuntime
 
 _SAME_TOKENIZER = "a draft model must share the target's tokenizer"
 
@@ -51,7 +48,7 @@ class DraftModelDrafter:
         self.context_size = context_size
 
     @classmethod
-    def load(cls, path: Path | str, *, target: BaseRTRuntime) -> DraftModelDrafter:
+    def load(cls, path: Path | str, *, target: DraftTarget) -> DraftModelDrafter:
         """Load the draft bundle for `target`; EngineRefusal (a SuperfluidError) says why not."""
         path = Path(path).expanduser()
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,19 +24,17 @@ import numpy.typing as npt
 from superfluid.adapters.basert.bundle import Bundle, BundleError
 from superfluid.adapters.basert.layers import F32
 from superfluid.adapters.basert.model_config import ConfigReader, ModelConfig
+from superfluid.adapters.basert.target import DraftTarget
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.bundle_header import BundleHeader
 from superfluid.domain.drafters import fit_problem
 from superfluid.domain.rng import STREAM_DRAFT, uniform
 from superfluid.domain.sampling import SamplingParams, draw_index, token_distribution
 
-if TYPE_CHECKING:
-    from superfluid.adapters.basert.runtime import BaseRTRuntime
-
 Q = npt.NDArray[np.float64]
 
 
-def open_drafter(path: Path, strategy: str, target: BaseRTRuntime) -> Bundle:
+def open_drafter(path: Path, strategy: str, target: DraftTarget) -> Bundle:
     """The drafter bundle at `path`, checked to be a `strategy` drafter that fits `target`."""
     path = Path(path).expanduser()
     try:
