@@ -30,6 +30,7 @@ from superfluid.domain.spec_settings import (
     from_sources,
     parse_number,
 )
+from superfluid.domain.strategies import directive_help
 from superfluid.entrypoints.hosts import DEFAULT_MAX_QUEUE, ServePlan, superfluid_home
 
 log = logging.getLogger("superfluid")
@@ -165,7 +166,7 @@ def serve(
     speculate: Annotated[
         str | None,
         typer.Option(
-            help="off | auto | prompt-lookup | mtp-head | <kind>:<path> | <path>.",
+            help=directive_help(),
             envvar="SUPERFLUID_SPECULATE",
             rich_help_panel=SPEC,
         ),

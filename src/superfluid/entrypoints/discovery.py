@@ -97,7 +97,7 @@ def explain(
     elif directive.mode is Mode.AUTO:
         report.auto = discovery.auto()
         picks = report.auto.picks()
-        report.resolved = picks[0] if picks else None
+        report.resolved = str(picks[0]) if picks else None
         if len(picks) > 1:
             report.note = "if the engine refuses the first pick, serve tries the next in order"
     else:
