@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from superfluid.application.ports import DrafterSearch
+
 BUNDLE_SUFFIX = ".base"
 DRAFTERS_DIR = "drafters"
 # org / repo / variant: the depth of a pulled bundle's directory below the models dir.
@@ -133,3 +135,17 @@ def _is_directory(entry: os.DirEntry[str]) -> bool:
 
 def _canonical(path: Path) -> str:
     return os.path.realpath(path)
+
+
+class InstalledDrafters:
+    """The `DrafterSources` port: the places of docs/contract.md §3, searched on the filesystem."""
+
+    def __init__(self, env: Mapping[str, str], *, platform: str = sys.platform) -> None:
+        self._env = env
+        self._platform = platform
+
+    def search(self, target: Path) -> DrafterSearch:
+        roots = search_locations(target, self._env, platform=self._platform)
+        return DrafterSearch(
+            tuple(find_bundles(target, roots)), tuple(str(root.path) for root in roots)
+        )

@@ -4,6 +4,10 @@
 - `Drafter` / `DraftState` / `SampledDraftState`: where draft tokens come from, per lane.
 - `DrafterEngine`: a runtime that builds drafters for its own model.
 - `TokenConstraint`: a grammar a lane's every token must satisfy.
+- Startup (`serving.py`): `ModelFiles` (a model file's runtime and header, read once),
+  `DrafterSources` (where installed drafters lie), `CatalogSource` (the hub catalog's rows),
+  `Digests` (whether a file is the catalog's bytes), `SamplingDefaultsSource` (a model's own
+  sampling defaults).
 
 A runtime is a loaded model. It knows its own capabilities, tokenises, and runs **one packed
 step**: tokens for several sequences at once, returning logits rows. Everything about drafting,
@@ -20,7 +24,10 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from superfluid.domain.bundle_header import BundleHeader
+from superfluid.domain.catalog import CatalogRow
 from superfluid.domain.sampling import SamplingParams
+from superfluid.domain.sampling_defaults import SamplingDefaults
 
 Logits = npt.NDArray[np.float32]
 
@@ -153,4 +160,74 @@ class TokenConstraint(Protocol):
     @property
     def complete(self) -> bool:
         """Nothing more may be generated: the lane ends (finish reason "stop")."""
+        ...
+
+
+@runtime_checkable
+class ReportsDepth(Protocol):
+    """A drafter that knows its own default depth (a block drafter's block width, an MTP head's
+    engine choice); other drafters take their strategy's default (docs/contract.md §4)."""
+
+    def default_depth(self) -> int | None: ...
+
+
+# -- startup ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFile:
+    """A model file as startup sees it, read once: the runtime it belongs to and, for a `.base`
+    bundle whose header reads, that header (None for every other file)."""
+
+    path: Path
+    runtime: str
+    header: BundleHeader | None = None
+
+
+class ModelFiles(Protocol):
+    def open(self, path: Path) -> ModelFile:
+        """The file's runtime and header; a SuperfluidError when no runtime can serve it."""
+        ...
+
+    def read_header(self, path: Path) -> BundleHeader:
+        """A drafter bundle's header; HeaderError when it does not read as `.base`."""
+        ...
+
+    def is_file(self, path: str) -> bool:
+        """Whether `path` names an existing regular file (a bare-path directive)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterSearch:
+    """The `.base` files found for a target, and the directories searched, in order."""
+
+    bundles: tuple[Path, ...]
+    searched: tuple[str, ...]
+
+
+class DrafterSources(Protocol):
+    def search(self, target: Path) -> DrafterSearch:
+        """Where `auto` looks for installed drafters of `target` (docs/contract.md §3)."""
+        ...
+
+
+class CatalogSource(Protocol):
+    def load(self) -> tuple[CatalogRow, ...]:
+        """The hub catalog's rows (fetched, cached or offline); never raises for a bad fetch."""
+        ...
+
+
+class Digests(Protocol):
+    def catalog_problem(self, path: Path, rows: Sequence[CatalogRow]) -> str | None:
+        """Why `path` is not the catalog's file it claims to be, or None (docs/contract.md §5)."""
+        ...
+
+
+SamplingFound = tuple[SamplingDefaults | None, list[str]]
+
+
+class SamplingDefaultsSource(Protocol):
+    def read(self, file: ModelFile, runtime: Runtime) -> SamplingFound:
+        """The defaults the model sets (None: it sets none), and notes on what was not read."""
         ...

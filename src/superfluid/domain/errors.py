@@ -21,6 +21,10 @@ class HeaderError(SuperfluidError):
     """A `.base` header that does not read."""
 
 
+class ModelFileError(SuperfluidError):
+    """A model path that no runtime can serve, or names that cannot tell models apart (exit 2)."""
+
+
 class SettingsError(SuperfluidError):
     """A speculation flag or environment value out of range (exit 2)."""
 

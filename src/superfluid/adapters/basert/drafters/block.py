@@ -96,6 +96,10 @@ class BlockDrafter:
         """The drafter's block width: its default depth (docs/contract.md §4)."""
         return self.weights.block_size
 
+    def default_depth(self) -> int:
+        """Its block width (docs/contract.md §4): a block drafter never drafts past it."""
+        return self.block_size
+
     def open(self, prompt: Sequence[int], *, seq: int) -> DraftState:
         return _BlockLane(self, seq, prompt)
 
