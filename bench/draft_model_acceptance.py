@@ -18,8 +18,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from superfluid.adapters.basert.fixtures import make_fixtures
 from superfluid.adapters.basert.runtime import BaseRTRuntime
+from superfluid.adapters.fixtures.basert import make_fixtures
 from superfluid.application.executor import Executor
 from superfluid.application.ports import Drafter, DraftState
 from superfluid.application.requests import GenerationRequest

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from superfluid.adapters.basert.bundle import Bundle
-from superfluid.adapters.basert.fixtures import make_fixtures, write_model_bundle
 from superfluid.adapters.basert.runtime import BaseRTRuntime
 from superfluid.adapters.bundle_files import read_header
+from superfluid.adapters.fixtures.basert import make_fixtures, write_model_bundle
 from superfluid.application.executor import Executor
 from superfluid.application.ports import Drafter, DraftState, Feed, RuntimeFault, SampledDraftState
 from superfluid.application.registration import EngineRefusal

@@ -79,7 +79,7 @@ def demo_model(env: Mapping[str, str]) -> Path:
 
 def write_fixtures(directory: Path) -> dict[str, Path]:
     """Tiny `.base` fixtures (a target, drafters, a tokenizer) for trying every strategy."""
-    from superfluid.adapters.basert.fixtures import make_fixtures
+    from superfluid.adapters.fixtures.basert import make_fixtures
 
     return make_fixtures(directory)
 
