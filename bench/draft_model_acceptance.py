@@ -69,6 +69,7 @@ def acceptance(
             if event.finish is not None:
                 proposed += event.spec.proposed
                 accepted += event.spec.accepted
+    executor.release_parked()
     return proposed, accepted
 
 

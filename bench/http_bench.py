@@ -1,12 +1,20 @@
-"""Speculation through HTTP: superfluid (auto, off), llama-cpp-python's server, a raw loop.
+"""Speculation through HTTP: superfluid (auto, off), llama.cpp's llama-server, llama-cpp-python's
+server, a raw loop.
 
+    sh bench/build_llama_server.sh   # once: llama.cpp's own server, cached outside the repo
     .venv/bin/python -m bench.http_bench [--quick] [--model PATH] [--out DIR] ...
 
-Drives each server over HTTP with the official `openai` client, streaming, on copy-heavy and
-open-ended workloads, greedy at 1, 2, 4 and 8 concurrent clients and T=0.7 at 1, 2 and 4 (a
-default full run takes about 25 minutes on 2 cores), and compares with a raw greedy
+Drives each server over HTTP with the official `openai` client, streaming, on copy-heavy,
+open-ended and multi-turn workloads, greedy at 1, 2, 4 and 8 concurrent clients and T=0.7 at 1,
+2 and 4 (multi-turn: greedy sessions at 1 and 4 clients), and compares with a raw greedy
 `llama_decode` loop in-process (the serving-overhead floor). superfluid auto and off are up
-together and measured run by run, alternately; llama-cpp-python's server runs on its own.
+together and measured run by run, alternately; llama-cpp-python's server runs on its own, and
+so does llama-server, once per configuration (plain, `--spec-default`, n-gram speculators) and
+client count (`-np` = clients). `--systems` and `--workloads` limit a run; a `--systems` entry
+ending in `*` is a prefix (`'llama-server*'`: every llama-server configuration). A default full
+run takes roughly 80–90 minutes on 2 cores: about 30 for superfluid (multi-turn included) and
+llama-cpp-python, about 13 per llama-server configuration (four by default). Afterwards,
+`python -m bench.oracle_ceiling` reads its raw JSON for the ceiling's report (oracle.md).
 Reports end-to-end rates (prefill included) and decode-only rates (after the first content
 chunk). Writes `README.md` (tables, targets, machine, commands), `throughput.png` and
 `http_bench.raw.json` into `--out` (default `docs/benchmarks/`; `/tmp/superfluid-http-bench/quick`
@@ -46,9 +54,25 @@ from bench.http_load import (
     spec_counts,
 )
 from bench.http_report import markdown, plot
-from bench.http_results import AUTO, LLAMACPP, PLAIN, RAW, SYSTEMS, Cell, Machine, Results, Settings
+from bench.http_results import (
+    AUTO,
+    DEFAULT_SYSTEMS,
+    LLAMA_SERVERS,
+    LLAMACPP,
+    PLAIN,
+    RAW,
+    SYSTEMS,
+    Cell,
+    Machine,
+    Results,
+    Settings,
+    is_llama_server,
+)
 from bench.http_servers import (
+    ServerFailed,
     ServerSpec,
+    llama_server_binary,
+    llama_server_spec,
     llamacpp_python_spec,
     running,
     superfluid_spec,
@@ -59,6 +83,9 @@ from bench.raw_loop import RawLoop
 # llama-cpp-python's sampling defaults add top-k 40, min-p 0.05, top-p 0.95 and a 1.1 repeat
 # penalty; these make it sample the distribution superfluid samples (temperature alone).
 LLAMACPP_SAMPLING = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+# llama-server: the same sampling, and per-chunk timings (its token count and drafts so far),
+# since it sends usage only at the end of a stream.
+LLAMA_SERVER_EXTRA = {"timings_per_token": True}
 
 
 def log(message: str) -> None:
@@ -92,6 +119,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=_ints,
         help="client counts for llama-cpp-python, which serves one request at a time (default 1,4)",
     )
+    parser.add_argument(
+        "--llama-server-clients",
+        type=_ints,
+        help="client counts (and -np) for llama-server (default: --clients)",
+    )
+    parser.add_argument(
+        "--llama-server-temperatures",
+        type=_floats,
+        default=(0.0,),
+        help="temperatures for llama-server (default greedy only: a server per configuration "
+        "and client count)",
+    )
+    parser.add_argument(
+        "--session-clients",
+        type=_ints,
+        help="client counts for the multi-turn workload, greedy only (default 1,4; quick 1)",
+    )
+    parser.add_argument(
+        "--llama-server",
+        type=Path,
+        help="llama-server binary (default: bench/build_llama_server.sh's)",
+    )
     parser.add_argument("--temperatures", type=_floats, default=(0.0, 0.7))
     parser.add_argument(
         "--llamacpp-temperatures",
@@ -101,7 +150,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument(
-        "--systems", default=",".join(SYSTEMS), help=f"any of: {', '.join(SYSTEMS)}"
+        "--systems",
+        default=",".join(DEFAULT_SYSTEMS),
+        help=f"any of: {', '.join(SYSTEMS)} (an entry ending in * is a prefix; default: "
+        f"{', '.join(DEFAULT_SYSTEMS)})",
     )
     parser.add_argument(
         "--warmup", type=int, help="warm-up rounds before a speculating cell (default 1)"
@@ -138,19 +190,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.clients = args.clients or ((1, 4) if quick else (1, 2, 4, 8))
     args.sampled_clients = args.sampled_clients or ((1, 4) if quick else (1, 2, 4))
     args.llamacpp_clients = args.llamacpp_clients or (1, 4)
+    args.llama_server_clients = args.llama_server_clients or args.clients
+    args.session_clients = args.session_clients or ((1,) if quick else (1, 4))
     args.warmup = 1 if args.warmup is None else args.warmup
     args.warmup_max = 6 if args.warmup_max is None else args.warmup_max
     args.out = args.out or (
         Path("/tmp/superfluid-http-bench/quick") if quick else Path("docs/benchmarks")
     )
     args.workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
-    args.systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
     for name in args.workloads:
         if name not in WORKLOADS:
             parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
-    for name in args.systems:
-        if name not in SYSTEMS:
-            parser.error(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")
+    chosen: list[str] = []
+    for entry in (s.strip() for s in args.systems.split(",") if s.strip()):
+        matches = [s for s in SYSTEMS if s.startswith(entry[:-1])] if entry.endswith("*") else []
+        if entry in SYSTEMS:
+            matches = [entry]
+        if not matches:
+            parser.error(f"unknown system {entry!r}; choose from {', '.join(SYSTEMS)}")
+        chosen += [m for m in matches if m not in chosen]
+    args.systems = tuple(chosen)
+    if any(is_llama_server(s) for s in args.systems) and args.from_raw is None:
+        args.llama_server = args.llama_server or llama_server_binary()
+        if not args.llama_server.is_file():
+            parser.error(
+                f"no llama-server at {args.llama_server}: build it with "
+                "`sh bench/build_llama_server.sh` (once, about 10 minutes on 2 cores), or leave "
+                "it out with --systems"
+            )
     return args
 
 
@@ -243,20 +310,56 @@ class Side:
 
     @property
     def speculating(self) -> bool:
+        """Whether the server has superfluid's gates (read from /metrics)."""
         return self.system == AUTO
 
+    @property
+    def drafting(self) -> bool:
+        """Whether the server drafts, so warm-up rounds come before its cells."""
+        return self.system == AUTO or (is_llama_server(self.system) and self.system != LLAMA_PLAIN)
 
-def client_counts(args: argparse.Namespace, system: str, temperature: float) -> tuple[int, ...]:
-    counts = args.llamacpp_clients if system == LLAMACPP else args.clients
+
+LLAMA_PLAIN = LLAMA_SERVERS[0]  # llama-server without speculation
+
+
+def client_counts(
+    args: argparse.Namespace, system: str, temperature: float, workload: Workload
+) -> tuple[int, ...]:
+    if workload.multi_turn:
+        return tuple(args.session_clients) if temperature == 0.0 else ()
+    if system == LLAMACPP:
+        counts = args.llamacpp_clients
+    elif is_llama_server(system):
+        counts = args.llama_server_clients
+    else:
+        counts = args.clients
     if temperature > 0:
         counts = tuple(c for c in counts if c in args.sampled_clients)
     return tuple(counts)
 
 
-def request_for(args: argparse.Namespace, spec: ServerSpec, temperature: float) -> Request:
+def request_for(
+    args: argparse.Namespace, spec: ServerSpec, temperature: float, workload: Workload
+) -> Request:
     if spec.system == LLAMACPP:
         # Its server sends no usage in a stream, so its tokens could not be counted honestly.
         return Request(spec.model_name, temperature, args.tokens, LLAMACPP_SAMPLING, stream=False)
+    if is_llama_server(spec.system):
+        extra = {
+            **LLAMA_SERVER_EXTRA,
+            **(LLAMACPP_SAMPLING if temperature > 0 else {}),
+            # Single-turn prompts repeat from run to run (and the primer sends run 0's), which
+            # only a bench does: no reuse there, as superfluid has none. A session's own
+            # earlier turns are what a prompt cache is for: kept for multi-turn.
+            "cache_prompt": workload.multi_turn,
+        }
+        return Request(
+            spec.model_name,
+            temperature,
+            args.tokens,
+            extra,
+            stream_options={"include_usage": True},
+        )
     return Request(spec.model_name, temperature, args.tokens)
 
 
@@ -282,10 +385,17 @@ def log_cell(cell: Cell) -> None:
     accepted = f", acceptance {cell.acceptance:.0%}" if cell.acceptance is not None else ""
     decode = cell.decode_aggregate
     decoding = f", {decode:.1f} decode-only" if decode is not None else ""
+    session = cell.session_seconds
+    later = cell.later_ttft
+    sessions = (
+        f", session {session:.2f} s, later-turn TTFT {later * 1000:.0f} ms"
+        if session is not None and later is not None
+        else ""
+    )
     log(
         f"{cell.system:>18} {cell.workload} T={cell.temperature:g} {cell.clients} client(s): "
         f"{cell.aggregate:.1f} tok/s aggregate{decoding}, {cell.per_client:.1f} per client"
-        f"{accepted}"
+        f"{accepted}{sessions}, prompt tokens {cell.prompt_tokens}"
     )
 
 
@@ -297,7 +407,9 @@ async def warm_up(args: argparse.Namespace, side: Side, workload: Workload, clie
     """`--warmup` rounds, then more (up to `--warmup-max`) until the gate at this lane count
     has decided: a cell measures the steady state, not the probes a fresh server runs once."""
     for warm in range(max(args.warmup_max, args.warmup)):
-        if warm >= args.warmup and gate_settled(scrape(side.base), clients):
+        if warm >= args.warmup and (
+            not side.speculating or gate_settled(scrape(side.base), clients)
+        ):
             return
         await one_round(side.client, workload, side.request, clients, 100 + warm)
 
@@ -309,17 +421,15 @@ def gate_settled(samples: Samples, lanes: int) -> bool:
 
 
 async def measured_cells(
-    args: argparse.Namespace, sides: list[Side], workload: Workload
+    args: argparse.Namespace, sides: list[Side], workload: Workload, counts: tuple[int, ...]
 ) -> list[Cell]:
     """The cells of servers that are all up: per client count, warm-up rounds for the
-    speculating server, then run r of every server before run r + 1 of any, so that a ratio
+    drafting servers, then run r of every server before run r + 1 of any, so that a ratio
     pairs runs measured seconds apart rather than minutes."""
-    temperature = sides[0].request.temperature
-    counts = client_counts(args, sides[0].system, temperature)
     cells = []
     for clients in counts:
         for side in sides:
-            if side.speculating:
+            if side.drafting:
                 await warm_up(args, side, workload, clients)
         before = {side.system: scrape(side.base) for side in sides if side.speculating}
         rounds: dict[str, list[Round]] = {side.system: [] for side in sides}
@@ -341,12 +451,16 @@ async def group_cells(
     servers: list[tuple[ServerSpec, str]],
     workload: Workload,
     temperature: float,
+    counts: tuple[int, ...],
 ) -> list[Cell]:
-    counts = {client_counts(args, spec.system, temperature) for spec, _ in servers}
-    assert len(counts) == 1, "servers measured together share their client counts"
-    most = max(counts.pop())
+    most = max(counts)
     sides = [
-        Side(spec.system, base, client_for(base, most), request_for(args, spec, temperature))
+        Side(
+            spec.system,
+            base,
+            client_for(base, most, keepalive=not is_llama_server(spec.system)),
+            request_for(args, spec, temperature, workload),
+        )
         for spec, base in servers
     ]
     try:
@@ -354,18 +468,39 @@ async def group_cells(
             # One untimed request: the first decode of a fresh server allocates its graphs.
             primer = dataclasses.replace(side.request, max_tokens=16)
             await one_round(side.client, workload, primer, 1, 0)
-        return await measured_cells(args, sides, workload)
+        return await measured_cells(args, sides, workload, counts)
     finally:
         for side in sides:
             await side.client.close()
 
 
-def server_for(args: argparse.Namespace, system: str, model: Path, group: str) -> ServerSpec:
+def server_for(
+    args: argparse.Namespace,
+    system: str,
+    model: Path,
+    group: str,
+    slots: int,
+    prefix_reuse: bool = True,
+) -> ServerSpec:
+    if is_llama_server(system):
+        return llama_server_spec(
+            system,
+            args.llama_server,
+            model,
+            slots=slots,
+            ctx_size=args.ctx_size,
+            threads=args.threads,
+        )
     if system == LLAMACPP:
         return llamacpp_python_spec(model, ctx_size=args.ctx_size, threads=args.threads)
     speculate = "auto" if system == AUTO else "off"
     spec = superfluid_spec(
-        system, model, speculate, max_lanes=args.max_lanes, ctx_size=args.ctx_size
+        system,
+        model,
+        speculate,
+        max_lanes=args.max_lanes,
+        ctx_size=args.ctx_size,
+        prefix_reuse=prefix_reuse,
     )
     if args.profile is not None:
         out = f"{args.profile}-{speculate}-{group}.prof"
@@ -381,18 +516,60 @@ def served_cells(
     workload: Workload,
     temperature: float,
     commands: dict[str, str],
+    counts: tuple[int, ...],
+    suffix: str = "",
 ) -> list[Cell]:
     """Start the systems' servers side by side (an idle one uses no CPU: its llama.cpp threads
     sleep between requests), measure their cells together, stop them."""
+    if not counts:
+        return []
     group = f"{workload.name}-T{temperature:g}"
     with contextlib.ExitStack() as stack:
         servers = []
         for system in systems:
-            spec = server_for(args, system, model, group)
-            commands[system] = spec.shown()
-            log_path = args.log_dir / f"{system.replace(' ', '-')}-{group}.log"
+            # Single-turn prompts repeat only because the bench repeats them: no reuse there
+            # (llama-server's prompt cache is off for them too), reuse on multi-turn.
+            spec = server_for(args, system, model, group, max(counts), workload.multi_turn)
+            commands[system] = spec.shown().replace(f"-np {max(counts)}", "-np <clients>")
+            if is_llama_server(system):
+                commands[system] = commands[system].replace(
+                    f"--ctx-size {args.ctx_size * max(counts)}",
+                    f"--ctx-size <{args.ctx_size} × clients>",
+                )
+            name = f"{system.replace(' ', '-')}-{group}-{max(counts)}{suffix}.log"
+            log_path = args.log_dir / name
             servers.append((spec, stack.enter_context(running(spec, log_path))))
-        return asyncio.run(group_cells(args, servers, workload, temperature))
+        return asyncio.run(group_cells(args, servers, workload, temperature, counts))
+
+
+#: Set by `measure`: what went wrong with a server group that was then left out.
+FAILURES: list[str] = []
+
+
+def attempt(
+    args: argparse.Namespace,
+    model: Path,
+    systems: list[str],
+    workload: Workload,
+    temperature: float,
+    commands: dict[str, str],
+    counts: tuple[int, ...],
+) -> list[Cell]:
+    """`served_cells`, tried again once with fresh servers if a server fails (a long run on a
+    shared machine should not be lost to one crash or stray signal); left out, and noted in the
+    report, if it fails twice."""
+    for tries in (1, 2):
+        try:
+            suffix = "" if tries == 1 else "-retry"  # the failed try's log stays
+            return served_cells(
+                args, model, systems, workload, temperature, commands, counts, suffix
+            )
+        except (openai.APIConnectionError, openai.APIStatusError, ServerFailed) as error:
+            what = f"{', '.join(systems)} on {workload.name} T={temperature:g} {counts} client(s)"
+            log(f"{what}: {type(error).__name__}: {error}" + ("; again" if tries == 1 else ""))
+            if tries == 2:
+                FAILURES.append(f"{what} left out after two failures: {type(error).__name__}")
+    return []
 
 
 def measure(args: argparse.Namespace, model: Path) -> tuple[list[Cell], dict[str, str]]:
@@ -400,7 +577,7 @@ def measure(args: argparse.Namespace, model: Path) -> tuple[list[Cell], dict[str
     commands: dict[str, str] = {}
     for name in args.workloads:
         workload = WORKLOADS[name]
-        if RAW in args.systems and 0.0 in args.temperatures:
+        if RAW in args.systems and 0.0 in args.temperatures and not workload.multi_turn:
             cells += raw_cells(args, model, workload)
             commands[RAW] = (
                 f"(in-process) bench/raw_loop.py, n_ctx {args.ctx_size}, {args.threads} threads"
@@ -410,9 +587,23 @@ def measure(args: argparse.Namespace, model: Path) -> tuple[list[Cell], dict[str
             # measured seconds apart. Off first: run 0 of a cell goes off, auto; run 1 auto, off.
             superfluid = [system for system in (PLAIN, AUTO) if system in args.systems]
             if superfluid:
-                cells += served_cells(args, model, superfluid, workload, temperature, commands)
-            if LLAMACPP in args.systems and temperature in args.llamacpp_temperatures:
-                cells += served_cells(args, model, [LLAMACPP], workload, temperature, commands)
+                counts = client_counts(args, PLAIN, temperature, workload)
+                cells += attempt(args, model, superfluid, workload, temperature, commands, counts)
+            if (
+                LLAMACPP in args.systems
+                and temperature in args.llamacpp_temperatures
+                and not workload.multi_turn  # it does not stream usage: no TTFT to report
+            ):
+                counts = client_counts(args, LLAMACPP, temperature, workload)
+                cells += attempt(args, model, [LLAMACPP], workload, temperature, commands, counts)
+            if temperature not in args.llama_server_temperatures:
+                continue
+            for system in (s for s in LLAMA_SERVERS if s in args.systems):
+                # A server per client count: `-np` = clients, each slot --ctx-size tokens.
+                for clients in client_counts(args, system, temperature, workload):
+                    cells += attempt(
+                        args, model, [system], workload, temperature, commands, (clients,)
+                    )
     return cells, commands
 
 
@@ -444,7 +635,7 @@ def main(argv: list[str] | None = None) -> None:
     began, load_before = time.monotonic(), loadavg()
     cells, commands = measure(args, model)
     load_after = loadavg()
-    notes = []
+    notes = list(FAILURES)
     if float(load_before.split()[0]) >= args.wait_load > 0:
         notes.append(
             f"measuring began with a 1-minute load of {load_before.split()[0]} (≥ {args.wait_load}): figures are noisier"
@@ -475,6 +666,9 @@ def main(argv: list[str] | None = None) -> None:
         threads=args.threads,
         quick=args.quick,
         interleaved=True,
+        llama_server_clients=args.llama_server_clients,
+        llama_server_temperatures=args.llama_server_temperatures,
+        session_clients=args.session_clients,
     )
     shown = [
         a if a != str(model) else "<model>" for a in (argv if argv is not None else sys.argv[1:])

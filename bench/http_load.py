@@ -13,12 +13,20 @@ come the time to the first content chunk (TTFT) and the decode-only rates: a rep
 after its first content chunk over the time from that chunk to its last one; a round's tokens
 committed after every client has had its first content chunk (so every prompt is prefilled)
 over the time from then to the last client's last chunk. Requests that do not stream
-(llama-cpp-python's server sends no usage in a stream) have neither.
+(llama-cpp-python's server sends no usage in a stream) have neither. llama.cpp's own
+`llama-server` has no per-chunk usage either, but with `timings_per_token` every chunk carries
+`timings.predicted_n` (tokens generated so far) and `draft_n` / `draft_n_accepted`, which stand
+in for the usage count and for `superfluid.spec`.
+
+A multi-turn workload runs a session per client instead of one request: its turns one after
+another, each sending the conversation so far (prompt, reply, new user line); the round's
+replies are every turn of every session, each with its client and turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import statistics
 import time
 from collections.abc import Sequence
@@ -43,6 +51,9 @@ class Reply:
     ttft: float | None = None  # request sent → first content chunk; None: not streamed
     decode_tokens: int | None = None  # tokens after the first content chunk
     decode_seconds: float | None = None  # first content chunk → last chunk
+    prompt_tokens: int | None = None  # usage.prompt_tokens, when the server sent it
+    client: int | None = None  # multi-turn: whose session, and which turn (1-based)
+    turn: int | None = None
 
     @property
     def decode_rate(self) -> float | None:
@@ -94,10 +105,17 @@ class Request:
     max_tokens: int
     extra: dict[str, Any] = field(default_factory=dict)  # system-specific body fields
     stream: bool = True  # False for a server that sends no usage in a stream
+    stream_options: dict[str, Any] | None = None  # None: STREAM_OPTIONS
 
 
-def client_for(base: str, clients: int) -> openai.AsyncOpenAI:
-    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
+def client_for(base: str, clients: int, *, keepalive: bool = True) -> openai.AsyncOpenAI:
+    """`keepalive=False` opens a connection per request. For llama-server (cpp-httplib): twice in
+    quick runs a request failed with "Server disconnected without sending a response" while the
+    server stayed up and served on, each time right after a streamed reply; a kept-alive
+    connection closed by the server as the next request went out is the likely race. On
+    loopback a fresh connection costs well under a millisecond."""
+    keep = clients + 4 if keepalive else 0
+    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=keep)
     return openai.AsyncOpenAI(
         base_url=f"{base}/v1",
         api_key="unused",
@@ -158,17 +176,20 @@ def _body(request: Request, index: int, run: int) -> dict[str, Any]:
             body["top_p"] = body["extra_body"].pop("top_p")
     if request.stream:
         body["stream"] = True
-        body["stream_options"] = STREAM_OPTIONS
+        body["stream_options"] = request.stream_options or STREAM_OPTIONS
     return body
 
 
+Messages = list[dict[str, str]]
+
+
 async def _create(
-    client: openai.AsyncOpenAI, workload: Workload, text: str, body: dict[str, Any]
+    client: openai.AsyncOpenAI, workload: Workload, text: str | Messages, body: dict[str, Any]
 ) -> Any:
     if workload.chat:
-        return await client.chat.completions.create(
-            messages=[{"role": "user", "content": text}], **body
-        )
+        messages = text if isinstance(text, list) else [{"role": "user", "content": text}]
+        return await client.chat.completions.create(messages=messages, **body)
+    assert isinstance(text, str)
     return await client.completions.create(prompt=text, **body)
 
 
@@ -176,6 +197,18 @@ def _spec(extension: dict[str, Any] | None) -> tuple[int, int]:
     """(proposed, accepted) from a reply's or chunk's `superfluid.spec`; (0, 0) without one."""
     spec = ((extension or {}).get("superfluid") or {}).get("spec") or {}
     return int(spec.get("proposed", 0)), int(spec.get("accepted", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class _Count:
+    """A usage stand-in: tokens generated so far (llama-server's `timings.predicted_n`)."""
+
+    completion_tokens: int
+
+
+def _timings(extension: dict[str, Any] | None) -> dict[str, Any] | None:
+    timings = (extension or {}).get("timings")
+    return timings if isinstance(timings, dict) and "predicted_n" in timings else None
 
 
 def _text(choice: Any) -> str:
@@ -198,6 +231,7 @@ async def _whole(
         seconds,
         str(reply.choices[0].finish_reason),
         *_spec(reply.model_extra),
+        prompt_tokens=usage.prompt_tokens if usage is not None else None,
     ), None
 
 
@@ -205,14 +239,38 @@ async def _streamed(
     client: openai.AsyncOpenAI, workload: Workload, request: Request, index: int, run: int
 ) -> tuple[Reply, Timeline | None]:
     variant = workload.variant(index, run)
+    reply, timeline, _ = await _stream_one(
+        client, workload, request, workload.first_line(variant, run, index), index, run
+    )
+    return dataclasses.replace(reply, variant=variant.name), timeline
+
+
+async def _stream_one(
+    client: openai.AsyncOpenAI,
+    workload: Workload,
+    request: Request,
+    prompt: str | Messages,
+    index: int,
+    run: int,
+) -> tuple[Reply, Timeline, str]:
+    """One streamed request: its Reply (variant unnamed), its timeline and its text."""
     body = _body(request, index, run)
     timeline = Timeline()
-    tokens, finish, spec = 0, "None", (0, 0)
+    tokens, finish, spec, prompt_tokens = 0, "None", (0, 0), None
+    text: list[str] = []
     began = time.perf_counter()
-    async for chunk in await _create(client, workload, variant.text, body):
+    async for chunk in await _create(client, workload, prompt, body):
         arrival = time.perf_counter()
-        if chunk.usage is not None:
-            tokens = chunk.usage.completion_tokens
+        usage = chunk.usage
+        if usage is not None:
+            tokens = usage.completion_tokens
+            prompt_tokens = usage.prompt_tokens
+        timings = _timings(chunk.model_extra)
+        if timings is not None:  # llama-server: counts and drafts in every chunk's timings
+            if usage is None:
+                usage = _Count(int(timings["predicted_n"]))
+                tokens = max(tokens, usage.completion_tokens)
+            spec = (int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)))
         if chunk.model_extra and "superfluid" in chunk.model_extra:
             spec = _spec(chunk.model_extra)  # superfluid puts it on the closing chunk
         if not chunk.choices:
@@ -221,11 +279,34 @@ async def _streamed(
         timeline.last = arrival
         if choice.finish_reason is not None:
             finish = str(choice.finish_reason)
-        if _text(choice):
-            timeline.content(arrival, chunk.usage)
+        piece = _text(choice)
+        if piece:
+            text.append(piece)
+            timeline.content(arrival, usage)
     seconds = time.perf_counter() - began
     figures = timeline.figures(began, tokens)
-    return Reply(variant.name, tokens, seconds, finish, *spec, **figures), timeline
+    reply = Reply("", tokens, seconds, finish, *spec, **figures, prompt_tokens=prompt_tokens)
+    return reply, timeline, "".join(text)
+
+
+async def session(
+    client: openai.AsyncOpenAI, workload: Workload, request: Request, index: int, run: int
+) -> list[tuple[Reply, Timeline | None]]:
+    """One client's multi-turn session: turn t + 1 sends turn t's messages, its reply and the
+    next user line. Greedy replies make the conversation the same on every server."""
+    variant = workload.variant(index, run)
+    messages: Messages = [{"role": "user", "content": workload.first_line(variant, run, index)}]
+    turns: list[tuple[Reply, Timeline | None]] = []
+    for turn, line in enumerate((None, *variant.follow_ups), start=1):
+        if line is not None:
+            messages = [*messages, {"role": "user", "content": line}]
+        reply, timeline, text = await _stream_one(
+            client, workload, request, list(messages), index, run
+        )
+        reply = dataclasses.replace(reply, variant=variant.name, client=index, turn=turn)
+        turns.append((reply, timeline))
+        messages = [*messages, {"role": "assistant", "content": text}]
+    return turns
 
 
 def decode_window(
@@ -247,8 +328,16 @@ def decode_window(
 async def one_round(
     client: openai.AsyncOpenAI, workload: Workload, request: Request, clients: int, run: int
 ) -> Round:
-    one = _streamed if request.stream else _whole
     began = time.perf_counter()
+    if workload.multi_turn:
+        sessions = await asyncio.gather(
+            *(session(client, workload, request, i, run) for i in range(clients))
+        )
+        wall = time.perf_counter() - began
+        replies = [turn for turns in sessions for turn in turns]
+        # Turns of one session do not overlap: there is no round-wide decode-only window.
+        return Round(tuple(reply for reply, _ in replies), wall)
+    one = _streamed if request.stream else _whole
     replies = await asyncio.gather(
         *(one(client, workload, request, i, run) for i in range(clients))
     )

@@ -14,7 +14,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.http_load import Round
-from bench.http_results import AUTO, LLAMACPP, PLAIN, RAW, SYSTEMS, Cell, Results, Settings
+from bench.http_results import (
+    AUTO,
+    LLAMA_SERVER,
+    LLAMACPP,
+    PLAIN,
+    RAW,
+    Cell,
+    Results,
+    Settings,
+    is_llama_server,
+)
+
+#: The systems of the main table; llama-server's configurations have a table of their own.
+SYSTEMS = (AUTO, PLAIN, LLAMACPP, RAW)
+#: A pseudo-system: per cell and rate, the fastest llama-server configuration (plain included).
+LLAMA_BEST = "llama-server best"
 
 END_TO_END = "end-to-end"
 DECODE_ONLY = "decode-only"
@@ -113,6 +128,28 @@ TARGETS = (
         lambda w, t, c: c == 4,
     ),
     Target(
+        "copy-heavy, 1 client, greedy: auto ≥ 1.1× llama-server best (where the oracle allows "
+        "it; else ≥ 0.95 of the oracle, see oracle.md)",
+        AUTO,
+        LLAMA_BEST,
+        1.1,
+        lambda w, t, c: w == "copy-heavy" and t == 0.0 and c == 1,
+    ),
+    Target(
+        "copy-heavy, 4 clients, greedy, aggregate: auto ≥ 1.1× llama-server best",
+        AUTO,
+        LLAMA_BEST,
+        1.1,
+        lambda w, t, c: w == "copy-heavy" and t == 0.0 and c == 4,
+    ),
+    Target(
+        "open-ended, 1–8 clients, greedy: auto ≥ 1.1× llama-server best",
+        AUTO,
+        LLAMA_BEST,
+        1.1,
+        lambda w, t, c: w == "open-ended" and t == 0.0,
+    ),
+    Target(
         "plain through the server ≥ 0.95× the raw loop (1 client, greedy)",
         PLAIN,
         RAW,
@@ -120,6 +157,27 @@ TARGETS = (
         lambda w, t, c: t == 0.0 and c == 1,
     ),
 )
+
+
+def llama_cells(results: Results, key: tuple[str, float, int]) -> list[Cell]:
+    return [c for c in results.cells if is_llama_server(c.system) and c.key == key and c.rounds]
+
+
+def best_llama(
+    results: Results, key: tuple[str, float, int], metric: str = END_TO_END
+) -> Cell | None:
+    """The llama-server configuration with the highest aggregate rate in this cell (for this
+    rate), plain included; None when none was measured there."""
+    rated = [(rate, c) for c in llama_cells(results, key) if (rate := _aggregate(c, metric))]
+    return max(rated, key=lambda pair: pair[0])[1] if rated else None
+
+
+def cell_for(
+    results: Results, system: str, key: tuple[str, float, int], metric: str = END_TO_END
+) -> Cell | None:
+    if system == LLAMA_BEST:
+        return best_llama(results, key, metric)
+    return results.cell(system, *key)
 
 
 def temperature_label(temperature: float) -> str:
@@ -177,7 +235,9 @@ def _mark(ratio: float, target: Target) -> str:
 
 def _ratio(results: Results, column: RatioColumn, key: tuple[str, float, int]) -> str:
     ratio = paired_ratio(
-        results.cell(column.numerator, *key), results.cell(column.denominator, *key), column.metric
+        cell_for(results, column.numerator, key, column.metric),
+        cell_for(results, column.denominator, key, column.metric),
+        column.metric,
     )
     if ratio is None:
         return "–"
@@ -270,6 +330,206 @@ def spec_table(results: Results, workload: str) -> list[str]:
     return _rows(SPEC_COLUMNS, rows)
 
 
+LLAMA_COLUMNS = (
+    "T",
+    "clients",
+    "auto tok/s",
+    "auto tok/s (decode-only)",
+    "llama-server tok/s",
+    "llama-server tok/s (decode-only)",
+    "llama-server best",
+    "best tok/s",
+    "best tok/s (decode-only)",
+    "auto / best",
+    "auto / best (decode-only)",
+    "auto TTFT ms",
+    "best TTFT ms",
+)
+
+
+def _config(cell: Cell | None) -> str:
+    if cell is None:
+        return "–"
+    name = cell.system.removeprefix(LLAMA_SERVER).strip() or "plain"
+    acceptance = cell.acceptance
+    return f"{name} ({acceptance:.0%} accepted)" if acceptance is not None else name
+
+
+def _best_names(results: Results, key: tuple[str, float, int]) -> str:
+    best, best_decode = best_llama(results, key), best_llama(results, key, DECODE_ONLY)
+    if best is None:
+        return "–"
+    if best_decode is None or best_decode.system == best.system:
+        return _config(best)
+    return f"{_config(best)}; decode-only: {_config(best_decode)}"
+
+
+def _ratio_to(
+    results: Results, top: str, bottom: str, key: tuple[str, float, int], metric: str
+) -> str:
+    return _ratio(results, RatioColumn(top, bottom, metric), key)
+
+
+def llama_table(results: Results, workload: str) -> list[str]:
+    """superfluid auto against llama.cpp's own server: plain, and the best configuration."""
+    rows = []
+    for key in _keys(results, workload):
+        if not llama_cells(results, key):
+            continue
+        _, temperature, clients = key
+        auto = results.cell(AUTO, *key)
+        plain = results.cell(LLAMA_SERVER, *key)
+        rows.append(
+            [
+                temperature_label(temperature),
+                str(clients),
+                _rate(auto, END_TO_END),
+                _rate(auto, DECODE_ONLY),
+                _rate(plain, END_TO_END),
+                _rate(plain, DECODE_ONLY),
+                _best_names(results, key),
+                _rate(best_llama(results, key), END_TO_END),
+                _rate(best_llama(results, key, DECODE_ONLY), DECODE_ONLY),
+                _ratio_to(results, AUTO, LLAMA_BEST, key, END_TO_END),
+                _ratio_to(results, AUTO, LLAMA_BEST, key, DECODE_ONLY),
+                _ttft(auto),
+                _ttft(best_llama(results, key)),
+            ]
+        )
+    return _rows(LLAMA_COLUMNS, rows) if rows else []
+
+
+def configs_table(results: Results, workload: str) -> list[str]:
+    """Every llama-server configuration: end-to-end aggregate (decode-only) and acceptance."""
+    systems = sorted(
+        {c.system for c in results.cells if is_llama_server(c.system) and c.workload == workload},
+        key=lambda name: (name != LLAMA_SERVER, name),
+    )
+    if not systems:
+        return []
+    rows = []
+    for key in _keys(results, workload):
+        row = [temperature_label(key[1]), str(key[2])]
+        for system in systems:
+            cell = results.cell(system, *key)
+            if cell is None or not cell.rounds:
+                row.append("–")
+                continue
+            decode = cell.decode_aggregate
+            text = f"{cell.aggregate:.1f}" + (f" / {decode:.1f}" if decode is not None else "")
+            if cell.acceptance is not None:
+                text += f", {cell.acceptance:.0%}"
+            row.append(text)
+        rows.append(row)
+    header = ("T", "clients", *(s.removeprefix(LLAMA_SERVER).strip() or "plain" for s in systems))
+    return _rows(header, rows)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTarget:
+    """`auto's figure / llama-server's best figure ≤ maximum` on the multi-turn cells."""
+
+    label: str
+    maximum: float
+    figure: Callable[[Cell], float | None]
+
+
+SESSION_TARGETS = (
+    SessionTarget(
+        "multi-turn, greedy: auto's session time ≤ 0.9× llama-server best",
+        0.9,
+        lambda c: c.session_seconds,
+    ),
+    SessionTarget(
+        "multi-turn, greedy: auto's later-turn TTFT ≤ 1.2× llama-server best",
+        1.2,
+        lambda c: c.later_ttft,
+    ),
+)
+SESSION_COLUMNS = (
+    "clients",
+    "auto session s",
+    "off session s",
+    "llama-server session s",
+    "best llama-server session s",
+    "auto / best",
+    "auto later-turn TTFT ms",
+    "off later-turn TTFT ms",
+    "llama-server later-turn TTFT ms",
+    "best later-turn TTFT ms",
+    "auto / best TTFT",
+)
+
+
+def _lowest(results: Results, key: tuple[str, float, int], target: SessionTarget) -> Cell | None:
+    """The llama-server configuration with the lowest figure (session time or TTFT)."""
+    rated = [(f, c) for c in llama_cells(results, key) if (f := target.figure(c)) is not None]
+    return min(rated, key=lambda pair: pair[0])[1] if rated else None
+
+
+def session_ratio(
+    results: Results, key: tuple[str, float, int], target: SessionTarget
+) -> float | None:
+    auto, best = results.cell(AUTO, *key), _lowest(results, key, target)
+    over = target.figure(auto) if auto is not None else None
+    under = target.figure(best) if best is not None else None
+    return over / under if over is not None and under else None
+
+
+def _session_ratio_text(
+    results: Results, key: tuple[str, float, int], target: SessionTarget
+) -> str:
+    ratio = session_ratio(results, key, target)
+    if ratio is None:
+        return "–"
+    return f"{ratio:.2f}× (≤ {target.maximum:g} {'✓' if ratio <= target.maximum else '✗'})"
+
+
+def _seconds(cell: Cell | None, figure: Callable[[Cell], float | None], scale: float) -> str:
+    value = figure(cell) if cell is not None else None
+    if value is None:
+        return "–"
+    return f"{value * scale:.0f}" if scale != 1 else f"{value:.2f}"
+
+
+def session_table(results: Results, workload: str) -> list[str]:
+    """Multi-turn: session time and the TTFT of turns 2–4, medians over sessions."""
+    time_target, ttft_target = SESSION_TARGETS
+    rows = []
+    for key in _keys(results, workload):
+        best_time, best_ttft = (
+            _lowest(results, key, time_target),
+            _lowest(results, key, ttft_target),
+        )
+        plain = results.cell(LLAMA_SERVER, *key)
+        time_figure, ttft_figure = time_target.figure, ttft_target.figure
+
+        def named(cell: Cell | None, figure: Callable[[Cell], float | None], scale: float) -> str:
+            value = _seconds(cell, figure, scale)
+            return value if cell is None or value == "–" else f"{value}: {_config(cell)}"
+
+        rows.append(
+            [
+                str(key[2]),
+                _seconds(results.cell(AUTO, *key), time_figure, 1),
+                _seconds(results.cell(PLAIN, *key), time_figure, 1),
+                _seconds(plain, time_figure, 1),
+                named(best_time, time_figure, 1),
+                _session_ratio_text(results, key, time_target),
+                _seconds(results.cell(AUTO, *key), ttft_figure, 1000),
+                _seconds(results.cell(PLAIN, *key), ttft_figure, 1000),
+                _seconds(plain, ttft_figure, 1000),
+                named(best_ttft, ttft_figure, 1000),
+                _session_ratio_text(results, key, ttft_target),
+            ]
+        )
+    return _rows(SESSION_COLUMNS, rows)
+
+
+def _multi_turn(results: Results, workload: str) -> bool:
+    return any(c.session_seconds is not None for c in results.cells if c.workload == workload)
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     target: Target
@@ -288,9 +548,10 @@ def verdicts(results: Results) -> list[Verdict]:
         for cell in results.cells:
             if cell.system != target.numerator or not target.applies(*cell.key):
                 continue
-            other = results.cell(target.denominator, *cell.key)
-            ratio = paired_ratio(cell, other, END_TO_END)
-            decode_ratio = paired_ratio(cell, other, DECODE_ONLY)
+            ratio = paired_ratio(cell, cell_for(results, target.denominator, cell.key), END_TO_END)
+            decode_ratio = paired_ratio(
+                cell, cell_for(results, target.denominator, cell.key, DECODE_ONLY), DECODE_ONLY
+            )
             if ratio is None and decode_ratio is None:
                 continue
             label = f"{cell.workload}, {temperature_label(cell.temperature)}, {cell.clients} client{'s' if cell.clients > 1 else ''}"
@@ -317,6 +578,17 @@ def targets_table(results: Results) -> list[str]:
         ]
         for verdict in verdicts(results)
     ]
+    for target in SESSION_TARGETS:
+        for workload in results.settings.workloads:
+            if not _multi_turn(results, workload):
+                continue
+            for key in _keys(results, workload):
+                ratio = session_ratio(results, key, target)
+                if ratio is None:
+                    continue
+                met = "✓" if ratio <= target.maximum else "✗ miss"
+                cell = f"{workload}, {temperature_label(key[1])}, {key[2]} client{'s' if key[2] > 1 else ''}"
+                rows.append([target.label, cell, f"{ratio:.2f}×", met, "–", "–"])
     return _rows(header, rows)
 
 
@@ -325,7 +597,8 @@ def markdown(
 ) -> str:
     m, s = results.machine, results.settings
     out = [
-        "# HTTP benchmark: superfluid against plain decoding, llama-cpp-python and a raw loop",
+        "# HTTP benchmark: superfluid against plain decoding, llama.cpp's llama-server, "
+        "llama-cpp-python and a raw loop",
         "",
         "Generated by `bench/http_bench.py`; do not edit by hand (run it again).",
         "",
@@ -347,6 +620,17 @@ def markdown(
         f"{', '.join(map(str, s.llamacpp_clients))} client(s), "
         f"{', '.join(temperature_label(t) for t in s.llamacpp_temperatures)}; sampled cells at "
         f"{', '.join(map(str, s.sampled_clients))} client(s)"
+        + (
+            f"; llama-server at {', '.join(map(str, s.llama_server_clients))} client(s) "
+            f"(`-np` = clients), {', '.join(temperature_label(t) for t in s.llama_server_temperatures)}"
+            if s.llama_server_clients
+            else ""
+        )
+        + (
+            f"; multi-turn sessions at {', '.join(map(str, s.session_clients))} client(s)"
+            if s.session_clients
+            else ""
+        )
         + ("; **quick smoke run**" if s.quick else ""),
         "",
         "Commands:",
@@ -370,14 +654,23 @@ def markdown(
         "",
     ]
     for workload in s.workloads:
-        out += [
-            f"### {workload}",
-            "",
-            *table(results, workload),
-            "",
-            *spec_table(results, workload),
-            "",
-        ]
+        out += [f"### {workload}", ""]
+        if _multi_turn(results, workload):
+            out += [*session_table(results, workload), ""]
+        out += [*table(results, workload), "", *spec_table(results, workload), ""]
+        against = llama_table(results, workload)
+        if against:
+            out += [
+                f"#### {workload}: superfluid auto against llama.cpp's llama-server",
+                "",
+                *against,
+                "",
+                "Every llama-server configuration (aggregate tok/s end to end / decode-only, "
+                "acceptance):",
+                "",
+                *configs_table(results, workload),
+                "",
+            ]
     out += ["## Targets", "", *targets_table(results), ""]
     if plot:
         out += [f"![aggregate tokens per second, end to end and decode-only]({plot})", ""]
@@ -426,6 +719,27 @@ METHOD = [
     "server decodes one request at a time, so its N-client cells take N times as long; it is "
     "measured at the client counts and temperatures in the settings above (by default greedy, 1 "
     "and 4 clients: the cells its target needs).",
+    "- **llama.cpp's llama-server** (the peer), built by `bench/build_llama_server.sh` from the "
+    "llama.cpp vendored in the pinned llama-cpp-python's sdist, with the wheel's CPU flags. One "
+    "server per configuration and client count, on its own, with `-np` = clients and "
+    "`--ctx-size` = clients × the per-lane context; `--no-jinja --chat-template gemma` renders "
+    "the prompt superfluid renders (the raw JSON keeps every reply's `prompt_tokens` to check). "
+    "Configurations: plain, `--spec-default` (ngram-mod) and ngram-simple / ngram-map-k with "
+    "small keys and drafts (commands above). **llama-server best** is, per cell and per rate, "
+    "the fastest configuration, plain included; every configuration's figures are listed too. "
+    "It is streamed with `timings_per_token`, whose `predicted_n` counts tokens per chunk as "
+    "superfluid's per-chunk usage does, and `draft_n` / `draft_n_accepted` give its "
+    "acceptance. Speculating configurations get the same warm-up rounds (`--warmup`) before "
+    "each cell. Its prompt cache is switched off (`cache_prompt: false`) on the single-turn "
+    "workloads, whose prompts repeat from run to run as only a bench's do (superfluid has no "
+    "prefix cache), and left on for multi-turn, where reusing a session's earlier turns is "
+    "what it is for.",
+    "- **Multi-turn** sessions: 4 greedy turns per client, each sending the whole conversation "
+    "so far plus one new user line; sessions carry a unique tag, so a prompt cache reuses a "
+    "session's own turns and never another session. *Session time* is the sum of a session's "
+    "four request latencies; *later-turn TTFT* the TTFT of turns 2–4; medians over sessions. "
+    "Targets: session time ≤ 0.9× and later-turn TTFT ≤ 1.2× the llama-server configuration "
+    "that did best on that figure.",
     "- **Workloads** (`bench/http_workloads.py`). copy-heavy: chat completions whose reply "
     "copies context (a code block to repeat, a file to return with one rename, paragraphs to "
     "quote). open-ended: text completions of story, letter and "
@@ -500,26 +814,56 @@ def plot(results: Results, path: Path) -> None:
         figsize=(7 * len(workloads), 4.2 * len(METRICS)),
         squeeze=False,
     )
-    colours = {AUTO: "#1f77b4", PLAIN: "#9e9e9e", LLAMACPP: "#ff7f0e", RAW: "#2ca02c"}
-    width = 0.2
+    colours = {
+        AUTO: "#1f77b4",
+        PLAIN: "#9e9e9e",
+        LLAMACPP: "#ff7f0e",
+        RAW: "#2ca02c",
+        LLAMA_BEST: "#d62728",
+    }
+    shown = (*SYSTEMS, LLAMA_BEST)
+    width = 0.16
+    labelled: dict[str, object] = {}
     for row, metric in zip(axes, METRICS, strict=True):
         for ax, workload in zip(row, workloads, strict=True):
             keys = _keys(results, workload)
-            for index, system in enumerate(SYSTEMS):
+            # Sessions have no decode-only window: their second panel is the session time.
+            sessions = metric == DECODE_ONLY and _multi_turn(results, workload)
+            for index, system in enumerate(shown):
                 xs, ys = [], []
                 for position, key in enumerate(keys):
-                    cell = results.cell(system, *key)
-                    rate = _aggregate(cell, metric) if cell is not None and cell.rounds else None
-                    if rate is not None:
-                        xs.append(position + (index - 1.5) * width)
-                        ys.append(rate)
-                ax.bar(xs, ys, width, label=system, color=colours[system])
+                    if sessions:
+                        cell = (
+                            _lowest(results, key, SESSION_TARGETS[0])
+                            if system == LLAMA_BEST
+                            else results.cell(system, *key)
+                        )
+                        value = cell.session_seconds if cell is not None else None
+                    else:
+                        cell = cell_for(results, system, key, metric)
+                        value = (
+                            _aggregate(cell, metric) if cell is not None and cell.rounds else None
+                        )
+                    if value is not None:
+                        xs.append(position + (index - (len(shown) - 1) / 2) * width)
+                        ys.append(value)
+                if xs:
+                    labelled[system] = ax.bar(xs, ys, width, label=system, color=colours[system])
             ax.set_xticks(range(len(keys)))
             ax.set_xticklabels([f"{temperature_label(t)}\n{c} cl." for _, t, c in keys])
-            ax.set_title(f"{workload}, {metric}")
-            ax.set_ylabel(f"aggregate tokens/s, {metric}")
+            if sessions:
+                ax.set_title(f"{workload}, session time (lower is better)")
+                ax.set_ylabel("median seconds per 4-turn session")
+            else:
+                ax.set_title(f"{workload}, {metric}")
+                ax.set_ylabel(f"aggregate tokens/s, {metric}")
             ax.grid(axis="y", alpha=0.3)
-    axes[0][0].legend(loc="upper left", fontsize=8)
+    axes[0][0].legend(
+        [labelled[name] for name in shown if name in labelled],
+        [name for name in shown if name in labelled],
+        loc="upper left",
+        fontsize=8,
+    )
     fig.suptitle(f"{results.settings.model}, {results.machine.nproc} cores, {results.machine.date}")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,12 +15,35 @@ from pathlib import Path
 from typing import Any
 
 from bench.http_load import GateState, Reply, Round, SpecCounts
+from bench.http_servers import LLAMA_SERVER_CONFIGS
 
 AUTO = "superfluid auto"
 PLAIN = "superfluid off"
 LLAMACPP = "llama-cpp-python"
 RAW = "raw loop"
-SYSTEMS = (AUTO, PLAIN, LLAMACPP, RAW)
+#: llama.cpp's own server, one system per configuration (bench/http_servers.py).
+LLAMA_SERVER = "llama-server"
+LLAMA_SERVERS = tuple(LLAMA_SERVER_CONFIGS)
+SYSTEMS = (AUTO, PLAIN, LLAMACPP, RAW, *LLAMA_SERVERS)
+#: What a run measures unless `--systems` says otherwise: each llama-server configuration costs
+#: a server per client count and workload, so the default run takes four of them (plain,
+#: --spec-default, and one small-key configuration per n-gram speculator); `'llama-server*'`
+#: takes all.
+#: llama-server: plain, --spec-default, and the best n-gram configurations measured by hand.
+DEFAULT_SYSTEMS = (
+    AUTO,
+    PLAIN,
+    LLAMACPP,
+    RAW,
+    "llama-server",
+    "llama-server spec-default",
+    "llama-server ngram-simple n3 m8",
+    "llama-server ngram-map-k n3 m16",
+)
+
+
+def is_llama_server(system: str) -> bool:
+    return system == LLAMA_SERVER or system.startswith(LLAMA_SERVER + " ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +89,49 @@ class Cell:
         (seconds); None when not streamed."""
         times = [reply.ttft for r in self.rounds for reply in r.replies if reply.ttft is not None]
         return statistics.median(times) if times else None
+
+    @property
+    def sessions(self) -> list[float]:
+        """Multi-turn: each session's time (its turns' latencies added up), over every run."""
+        totals: dict[tuple[int, int], float] = {}
+        for index, r in enumerate(self.rounds):
+            for reply in r.replies:
+                if reply.client is not None:
+                    key = (index, reply.client)
+                    totals[key] = totals.get(key, 0.0) + reply.seconds
+        return list(totals.values())
+
+    @property
+    def session_seconds(self) -> float | None:
+        """Multi-turn: the median session time (seconds); None for single-turn cells."""
+        sessions = self.sessions
+        return statistics.median(sessions) if sessions else None
+
+    @property
+    def later_ttft(self) -> float | None:
+        """Multi-turn: the median TTFT of turns 2 and later (seconds), where a server can reuse
+        the session's earlier turns; None for single-turn cells."""
+        times = [
+            reply.ttft
+            for r in self.rounds
+            for reply in r.replies
+            if reply.turn is not None and reply.turn >= 2 and reply.ttft is not None
+        ]
+        return statistics.median(times) if times else None
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """The prompt tokens of the first reply that reported them (a check that two servers
+        saw the same prompt)."""
+        return next(
+            (
+                reply.prompt_tokens
+                for r in self.rounds
+                for reply in r.replies
+                if reply.prompt_tokens
+            ),
+            None,
+        )
 
     @property
     def acceptance(self) -> float | None:
@@ -115,6 +181,10 @@ class Settings:
     # warm-up rounds continue, up to this many, until the cell's lane count's gate has decided
     # (0 in runs saved before: a fixed number of rounds)
     warmup_max: int = 0
+    # llama.cpp's llama-server (empty in runs saved before it was measured)
+    llama_server_clients: tuple[int, ...] = ()
+    llama_server_temperatures: tuple[float, ...] = ()
+    session_clients: tuple[int, ...] = ()  # client counts of the multi-turn workload
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,11 +38,18 @@ class ServerSpec:
     def shown(self) -> str:
         """The command as the report prints it (the port is whatever was free)."""
         shown = " ".join(arg.format(port="<port>") for arg in self.argv)
-        return shown.replace(str(Path(sys.executable).parent) + "/", ".venv/bin/")
+        shown = shown.replace(str(Path(sys.executable).parent) + "/", ".venv/bin/")
+        return shown.replace(str(Path.home()), "~")
 
 
 def superfluid_spec(
-    system: str, model: Path, speculate: str, *, max_lanes: int, ctx_size: int
+    system: str,
+    model: Path,
+    speculate: str,
+    *,
+    max_lanes: int,
+    ctx_size: int,
+    prefix_reuse: bool = True,
 ) -> ServerSpec:
     argv = (
         str(SUPERFLUID),
@@ -58,6 +65,7 @@ def superfluid_spec(
         "--ctx-size",
         str(ctx_size),
         "--offline",
+        *(() if prefix_reuse else ("--no-prefix-reuse",)),
     )
     return ServerSpec(system, argv, model.name)
 
@@ -90,6 +98,101 @@ def llamacpp_python_spec(model: Path, *, ctx_size: int, threads: int) -> ServerS
     return ServerSpec("llama-cpp-python", argv, model.name)
 
 
+#: Where bench/build_llama_server.sh keeps llama.cpp's own server (it prints the path).
+BUILD_LLAMA_SERVER = Path(__file__).with_name("build_llama_server.sh")
+
+#: llama.cpp's own server, as the peer: a name per configuration and the flags that make it.
+#: Plain decoding; `--spec-default` (its ngram-mod speculator: 24-token match, 48–64-token
+#: drafts); and the n-gram speculators with small keys and short drafts, which suit a 270M
+#: model's short replies better than their defaults (12-token keys, 48-token drafts). The report
+#: takes the best of them per cell.
+LLAMA_SERVER_CONFIGS: dict[str, tuple[str, ...]] = {
+    "llama-server": (),
+    "llama-server spec-default": ("--spec-default",),
+    "llama-server ngram-simple n3 m8": (
+        "--spec-type",
+        "ngram-simple",
+        "--spec-ngram-simple-size-n",
+        "3",
+        "--spec-ngram-simple-size-m",
+        "8",
+    ),
+    "llama-server ngram-simple n2 m16": (
+        "--spec-type",
+        "ngram-simple",
+        "--spec-ngram-simple-size-n",
+        "2",
+        "--spec-ngram-simple-size-m",
+        "16",
+    ),
+    "llama-server ngram-map-k n3 m8": (
+        "--spec-type",
+        "ngram-map-k",
+        "--spec-ngram-map-k-size-n",
+        "3",
+        "--spec-ngram-map-k-size-m",
+        "8",
+    ),
+    "llama-server ngram-map-k n3 m16": (
+        "--spec-type",
+        "ngram-map-k",
+        "--spec-ngram-map-k-size-n",
+        "3",
+        "--spec-ngram-map-k-size-m",
+        "16",
+    ),
+    "llama-server ngram-map-k n2 m16": (
+        "--spec-type",
+        "ngram-map-k",
+        "--spec-ngram-map-k-size-n",
+        "2",
+        "--spec-ngram-map-k-size-m",
+        "16",
+    ),
+}
+
+
+def llama_server_binary() -> Path:
+    """Where the build script keeps (or would keep) the binary; it may not be built yet."""
+    out = subprocess.run(
+        ["sh", str(BUILD_LLAMA_SERVER), "--path"], capture_output=True, text=True, check=True
+    )
+    return Path(out.stdout.strip())
+
+
+def llama_server_spec(
+    system: str, binary: Path, model: Path, *, slots: int, ctx_size: int, threads: int
+) -> ServerSpec:
+    """llama.cpp's `llama-server` in configuration `system` with `slots` parallel slots of
+    `ctx_size` tokens each (it splits `--ctx-size` evenly between slots). The demo GGUF carries
+    no chat template: `--no-jinja --chat-template gemma` is llama.cpp's built-in Gemma turn
+    format, which renders the prompt superfluid renders (the same prompt token counts)."""
+    argv = (
+        str(binary),
+        "--model",
+        str(model),
+        "--alias",
+        model.name,
+        "--ctx-size",
+        str(ctx_size * slots),
+        "-np",
+        str(slots),
+        "--threads",
+        str(threads),
+        "--threads-batch",
+        str(threads),
+        "--no-jinja",
+        "--chat-template",
+        "gemma",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        *LLAMA_SERVER_CONFIGS[system],
+    )
+    return ServerSpec(system, argv, model.name)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -118,7 +221,11 @@ def running(spec: ServerSpec, log_path: Path, *, start_timeout: float = 180.0) -
         _wait_ready(process, base, log_path, start_timeout)
         yield base
     finally:
+        died = process.poll()
         _stop(process)
+        if died is not None:  # it ended before it was stopped: say how, for the post-mortem
+            with log_path.open("a") as log:
+                log.write(f"\n[bench] the server had exited by itself with {died}\n")
 
 
 def _wait_ready(

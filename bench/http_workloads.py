@@ -1,6 +1,6 @@
 """The prompts of the HTTP benchmark: what a client sends, per workload.
 
-Two workloads, each a small set of prompt variants. A run at N clients hands client i of run r
+Three workloads, each a small set of prompt variants. A run at N clients hands client i of run r
 the variant (i + r) mod len(variants), so concurrent clients send different prompts (greedy
 lanes on one prompt would decode the same tokens) and successive runs rotate through the set.
 
@@ -12,6 +12,12 @@ lanes on one prompt would decode the same tokens) and successive runs rotate thr
   that answers every chat prompt by echoing the prompt back (measured: ~90% of prompt-lookup
   drafts accepted on "Why is the sky blue?"), so an open-ended chat workload would be a copy
   workload in disguise. Free continuation is the open-ended text this model writes.
+- multi-turn (chat completions): sessions of four turns. The first asks to copy or edit a
+  passage (copy-heavy); each later turn sends the whole conversation so far — the last prompt,
+  the reply to it, and one new user line — and the new lines mix copying with free writing.
+  Each session's first line carries a tag unique to the session (`Session <run>.<client>:`), so
+  a server's prompt cache can reuse a session's own earlier turns but never an earlier session.
+  The figures are the session's time and the TTFT of turns 2–4, where a prefix cache pays.
 """
 
 from __future__ import annotations
@@ -96,6 +102,7 @@ class Variant:
 
     name: str
     text: str
+    follow_ups: tuple[str, ...] = ()  # multi-turn: the user lines of turns 2, 3, …
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +110,16 @@ class Workload:
     name: str
     chat: bool  # chat completions; False: text completions
     variants: tuple[Variant, ...]
+
+    @property
+    def multi_turn(self) -> bool:
+        return any(v.follow_ups for v in self.variants)
+
+    def first_line(self, variant: Variant, run: int, client: int) -> str:
+        """The first user line a client sends: a multi-turn session's carries its tag."""
+        if not self.multi_turn:
+            return variant.text
+        return f"Session {run}.{client}: {variant.text}"
 
     def variant(self, client: int, run: int) -> Variant:
         return self.variants[(client + run) % len(self.variants)]
@@ -177,4 +194,38 @@ OPEN_ENDED = Workload(
     ),
 )
 
-WORKLOADS = {w.name: w for w in (COPY_HEAVY, OPEN_ENDED)}
+MULTI_TURN = Workload(
+    "multi-turn",
+    chat=True,
+    variants=(
+        Variant(
+            "code session",
+            COPY_HEAVY.variants[0].text,
+            (
+                "Now rename `gaps` to `uncovered` and print the whole module again.",
+                "Explain in a few sentences what `merge_intervals` does with touching intervals.",
+                "Print the module once more, exactly as you last printed it.",
+            ),
+        ),
+        Variant(
+            "file session",
+            COPY_HEAVY.variants[1].text,
+            (
+                "Also rename `total` to `count_all` and print the whole file again.",
+                "Write a short paragraph on how you would test the `remove` method.",
+                "Print the updated file one last time, with both renames.",
+            ),
+        ),
+        Variant(
+            "quote session",
+            COPY_HEAVY.variants[2].text,
+            (
+                "Now quote the first paragraph word for word.",
+                "Write a new paragraph in the same style about the harbour in winter.",
+                "Quote the last paragraph of the passage word for word.",
+            ),
+        ),
+    ),
+)
+
+WORKLOADS = {w.name: w for w in (COPY_HEAVY, OPEN_ENDED, MULTI_TURN)}

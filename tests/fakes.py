@@ -54,6 +54,7 @@ class FakeRuntime:
         max_verify_rows: int = 16,
         verify_batches: bool = True,
         cut_refusal: str | None = None,
+        reuse_refusal: str | None = None,
     ) -> None:
         self.model = model or FakeModel()
         self.capabilities = Capabilities(
@@ -66,6 +67,7 @@ class FakeRuntime:
             context_size=context_size,
             eos_tokens=frozenset({EOS}),
             max_sequences=max_sequences,
+            reuse_refusal=reuse_refusal,
         )
         self.kv: dict[int, list[int]] = {}
         self._next_seq = 0

@@ -181,6 +181,7 @@ def run(
                 proposed += event.spec.proposed
                 accepted += event.spec.accepted
     seconds = time.perf_counter() - started
+    executor.release_parked()
     assert runtime.open_sequences == 0, "a sequence leaked"
     return {
         "outputs": [out[r.id] for r in requests],

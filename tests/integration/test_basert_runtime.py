@@ -303,6 +303,7 @@ def run(
                 proposed += event.spec.proposed
                 accepted += event.spec.accepted
     seconds = time.perf_counter() - started
+    executor.release_parked()
     assert runtime.open_sequences == 0, "a sequence leaked"
     produced = sum(len(tokens) for tokens in out.values())
     return [out[r.id] for r in requests], accepted / max(proposed, 1), produced / seconds

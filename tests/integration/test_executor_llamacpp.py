@@ -59,6 +59,7 @@ def generate(runtime, prompts, *, speculate, max_tokens=48, depth=4, lanes=4, pa
             if event.finish is not None:
                 last[event.request_id] = event
         widest = max(widest, executor.last_tick.decoding if executor.last_tick else 0)
+    executor.release_parked()
     return [out[r.id] for r in requests], [last[r.id] for r in requests], widest
 
 
@@ -174,6 +175,7 @@ def test_with_the_default_gates_greedy_output_is_plain_greedy(long_runtime):
     while not executor.idle:
         for event in executor.tick():
             out[event.request_id].extend(event.tokens)
+    executor.release_parked()
     assert [out[r.id] for r in requests] == plain
 
 
@@ -193,3 +195,48 @@ def test_prompts_hypothesis_chooses_decode_the_same_with_and_without_drafts(
     plain = plain_reference(runtime, [prompt], 32)
     spec, _, _ = generate(runtime, [prompt], speculate=True, lanes=1, max_tokens=32, depth=depth)
     assert spec == plain
+
+
+def converse(runtime, openings, lines, params, *, reuse, speculate):
+    """Turn by turn: each prompt is the last prompt, its reply and a new user line."""
+    executor = Executor(
+        runtime,
+        max_lanes=4,
+        clock=time.perf_counter,
+        drafter=PromptLookupDrafter() if speculate else None,
+        policy=policy_that_always_drafts(8) if speculate else None,
+        reuse_prefixes=reuse,
+    )
+    prompts = [runtime.tokenize(p, add_special=True) for p in openings]
+    replies, reused = [], 0
+    for line in lines:
+        requests = [GenerationRequest(p, params, 24) for p in prompts]
+        for request in requests:
+            executor.submit(request)
+        out = {r.id: [] for r in requests}
+        while not executor.idle:
+            for event in executor.tick():
+                out[event.request_id].extend(event.tokens)
+            reused += executor.last_tick.reused_tokens if executor.last_tick else 0
+        replies.append([out[r.id] for r in requests])
+        extra = runtime.tokenize(line, add_special=False)
+        prompts = [p + out[r.id] + extra for p, r in zip(prompts, requests, strict=True)]
+    executor.release_parked()
+    return replies, reused
+
+
+@pytest.mark.parametrize(
+    "params",
+    [GREEDY, SamplingParams(temperature=0.8, top_k=40, seed=11)],
+    ids=["greedy", "seeded"],
+)
+def test_a_reused_prefix_changes_no_token_on_the_real_model(long_runtime, params):
+    openings = [long_conversation(3), COPY_PROMPT, OPEN_PROMPTS[0]]
+    lines = ["\n<user> Go on.\n<assistant>", "\n<user> And then?\n<assistant>", "\n"]
+    fresh, none = converse(long_runtime, openings, lines, params, reuse=False, speculate=True)
+    again, reused = converse(long_runtime, openings, lines, params, reuse=True, speculate=True)
+    plain, _ = converse(long_runtime, openings, lines, params, reuse=True, speculate=False)
+    assert none == 0 and reused > 500
+    assert again == fresh
+    if params.is_greedy:
+        assert plain == fresh

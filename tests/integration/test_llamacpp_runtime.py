@@ -299,3 +299,35 @@ def test_an_unloaded_model_refuses_calls_instead_of_crashing(demo_model: Path) -
     with pytest.raises(RuntimeFault, match="unloaded"):
         rt.step([Feed(seq, [2], 0)])
     rt.close()
+
+
+def test_lanes_with_a_parked_or_free_sequence_between_them_keep_their_rows(
+    demo_model: Path,
+) -> None:
+    # Sequence ids 0 and 2 step together while 1 holds a parked prefix, and 0 and 3 while 1 and
+    # 2 are in use and free: throwaway tokens fill the gaps and are cut off again.
+    with LlamaCppRuntime.load(demo_model, ctx_size=512, max_sequences=4) as rt:
+        text = rt.tokenize((PROMPT + DRAFT) * 10, add_special=True)
+        seqs = [rt.new_sequence() for _ in range(3)]
+        for seq, n in zip(seqs, (60, 50, 40), strict=True):
+            rt.step([Feed(seq, text[:n], 0)])
+        alone_0 = _one_at_a_time(rt, seqs[0], 60, text[60:63])
+        alone_2 = _one_at_a_time(rt, seqs[2], 40, text[40:43])
+        parked_next = _one_at_a_time(rt, seqs[1], 50, text[50:53])
+        for i in range(3):
+            rows = rt.step(
+                [Feed(seqs[2], [text[40 + i]], 40 + i), Feed(seqs[0], [text[60 + i]], 60 + i)]
+            )
+            np.testing.assert_array_equal(rows[0][0], alone_2[i])
+            np.testing.assert_array_equal(rows[1][0], alone_0[i])
+        assert rt.length(seqs[1]) == 50
+        np.testing.assert_array_equal(_one_at_a_time(rt, seqs[1], 50, text[50:53]), parked_next)
+        rt.free_sequence(seqs[2])
+        two, three = rt.new_sequence(), rt.new_sequence()
+        assert (two, three) == (2, 3)
+        rt.free_sequence(two)
+        rt.step([Feed(three, text[:40], 0)])
+        rows = rt.step([Feed(three, [text[40]], 40), Feed(seqs[0], [text[63]], 63)])
+        np.testing.assert_array_equal(rows[0][0], alone_2[0])
+        assert [rt.length(s) for s in (seqs[0], seqs[1], three)] == [64, 50, 41]
+        assert int(rt._lib.llama_memory_seq_pos_max(rt._mem, two)) == -1  # the free one is empty

@@ -46,7 +46,7 @@ def generate(model, requests, *, speculate, max_lanes, depth, adaptive):
             out[event.request_id].extend(event.tokens)
             if event.finish:
                 finish[event.request_id] = event.finish
-    assert runtime.kv == {}
+    assert runtime.kv == executor.parked()
     return [(out[r.id], finish[r.id]) for r in requests]
 
 
@@ -74,3 +74,50 @@ def test_speculative_output_equals_plain_output_for_any_prompts_lanes_and_sample
         model, requests(), speculate=True, max_lanes=max_lanes, depth=depth, adaptive=adaptive
     )
     assert spec == plain
+
+
+def converse(model, openings, follow_ups, sampling, *, reuse, speculate, max_lanes, max_tokens):
+    """Conversations in turns: each turn's prompt is the last prompt, its reply and a new line;
+    every conversation's next turn is submitted together once the previous turns finished."""
+    runtime = FakeRuntime(model, context_size=256, max_sequences=max_lanes)
+    executor = Executor(
+        runtime,
+        max_lanes=max_lanes,
+        clock=itertools.count(0, 0.01).__next__,
+        drafter=PromptLookupDrafter() if speculate else None,
+        policy=SpecPolicy(SpecSettings(), default_depth=4) if speculate else None,
+        reuse_prefixes=reuse,
+    )
+    prompts = [list(p) for p in openings]
+    replies = []
+    for line in follow_ups:
+        requests = [GenerationRequest(list(p), sampling, max_tokens) for p in prompts]
+        for request in requests:
+            executor.submit(request)
+        out = {r.id: [] for r in requests}
+        while not executor.idle:
+            for event in executor.tick():
+                out[event.request_id].extend(event.tokens)
+        replies.append([out[r.id] for r in requests])
+        prompts = [p + out[r.id] + line for p, r in zip(prompts, requests, strict=True)]
+    assert runtime.kv == executor.parked()
+    return replies
+
+
+@given(
+    prompts,
+    st.lists(st.lists(st.integers(1, 11), min_size=1, max_size=5), min_size=1, max_size=3),
+    params,
+    st.integers(1, 4),
+    st.booleans(),
+    st.integers(0, 3),
+    st.integers(1, 12),
+)
+def test_a_reused_prefix_changes_no_token(
+    openings, follow_ups, sampling, max_lanes, speculate, salt, max_tokens
+):
+    model = FakeModel(vocab=12, order=1 + salt % 2, peak=4.0, salt=salt)
+    kwargs = {"speculate": speculate, "max_lanes": max_lanes, "max_tokens": max_tokens}
+    fresh = converse(model, openings, follow_ups, sampling, reuse=False, **kwargs)
+    reused = converse(model, openings, follow_ups, sampling, reuse=True, **kwargs)
+    assert reused == fresh

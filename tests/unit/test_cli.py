@@ -115,6 +115,8 @@ def test_help_lists_every_speculation_flag():
         "--no-monitor",
         "--max-queue",
         "--served-model-name",
+        "--prefix-reuse",
+        "--no-prefix-reuse",
     ):
         assert flag in result.output, flag
 

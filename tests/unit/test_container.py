@@ -20,12 +20,13 @@ def gguf(tmp_path, name="m.gguf"):
     return path
 
 
-def container_for(models, speculate, *, cut_refusal=None, settings=None):
+def container_for(models, speculate, *, cut_refusal=None, settings=None, prefix_reuse=True):
     plan = ServePlan(
         models=tuple(models),
         speculate=speculate,
         settings=settings or SpecSettings(),
         monitor=False,
+        prefix_reuse=prefix_reuse,
     )
     container = Container(plan=plan)
 
@@ -80,9 +81,24 @@ def test_startup_names_the_strategy_it_registered(
 def test_auto_on_a_model_that_cannot_cut_decodes_plainly_and_says_why(tmp_path, startup_lines):
     (host,) = container_for([gguf(tmp_path)], "auto", cut_refusal=SWA).hosts()
     assert startup_lines() == [
-        f"speculation: auto: m.gguf on the fake runtime verifies no drafts ({SWA}) — decoding plainly"
+        f"speculation: auto: m.gguf on the fake runtime verifies no drafts ({SWA}) — decoding plainly",
+        f"m.gguf: prefix reuse is off: this model's {SWA}",
     ]
     assert host.policy is None
+
+
+@pytest.mark.parametrize("prefix_reuse", [True, False])
+def test_prefix_reuse_follows_the_flag_and_a_refusal_is_said_once(
+    tmp_path, startup_lines, prefix_reuse
+):
+    (host,) = container_for([gguf(tmp_path)], "off", prefix_reuse=prefix_reuse).hosts()
+    assert host.executor.reuses_prefixes is prefix_reuse
+    assert not [line for line in startup_lines() if "prefix reuse" in line]
+    (host,) = container_for(
+        [gguf(tmp_path)], "off", cut_refusal=SWA, prefix_reuse=prefix_reuse
+    ).hosts()
+    said = [line for line in startup_lines() if "prefix reuse" in line]
+    assert said == ([f"m.gguf: prefix reuse is off: this model's {SWA}"] if prefix_reuse else [])
 
 
 @pytest.mark.parametrize(

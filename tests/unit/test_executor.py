@@ -67,7 +67,7 @@ def run(runtime, requests, *, speculate, depth=4, max_lanes=4, policy=None):
             if event.finish is not None:
                 finish[event.request_id] = event.finish
     assert executor.idle, "the executor did not drain"
-    assert runtime.kv == {}, "a sequence leaked"
+    assert runtime.kv == executor.parked(), "a sequence leaked, or a parked one holds other tokens"
     return [out[r.id] for r in requests], [finish[r.id] for r in requests], events
 
 
@@ -192,7 +192,7 @@ def test_a_cancelled_request_frees_its_lane_and_sequence_at_the_next_tick():
     assert executor.active_lanes == 1  # the second request took the freed lane
     second.cancel()
     executor.tick()
-    assert runtime.kv == {} and executor.idle
+    assert runtime.kv == executor.parked() and executor.idle
 
 
 def test_a_runtime_fault_fails_only_the_lanes_of_that_step():
@@ -369,4 +369,77 @@ def test_a_fault_while_committing_one_lane_fails_only_that_lane():
                 finishes[event.request_id], errors[event.request_id] = event.finish, event.error
     assert finishes == {bad.id: Finish.ERROR, good.id: Finish.LENGTH}
     assert "boom" in errors[bad.id]
-    assert runtime.kv == {}
+    assert runtime.kv == executor.parked()
+    assert list(executor.parked()) == [2], "the failed lane's sequence is freed, not parked"
+
+
+# -- prefix reuse --------------------------------------------------------------------------
+
+
+def converse(executor, prompt, max_tokens=12):
+    request = GenerationRequest(list(prompt), GREEDY, max_tokens)
+    executor.submit(request)
+    out, reports = [], []
+    while not executor.idle:
+        out.extend(t for e in executor.tick() for t in e.tokens)
+        reports.append(executor.last_tick)
+    return out, reports
+
+
+def test_a_later_turn_prefills_only_what_follows_the_earlier_turn_s_kv():
+    runtime = FakeRuntime()
+    executor = Executor(runtime, max_lanes=2, clock=lambda: 0.0)
+    first = list(range(1, 41))
+    reply, _ = converse(executor, first)
+    second = first + reply + [7, 8, 9]
+    again, reports = converse(executor, second)
+    fed = sum(r.prefill_tokens for r in reports if r)
+    reused = sum(r.reused_tokens for r in reports if r)
+    # The last reply token never reached the KV (it was pending), so it is fed with the new line.
+    assert reused == len(first) + len(reply) - 1
+    assert fed == len(second) - reused
+    fresh = Executor(FakeRuntime(), max_lanes=2, clock=lambda: 0.0, reuse_prefixes=False)
+    assert converse(fresh, second)[0] == again
+    assert runtime.kv == executor.parked()
+
+
+def test_a_prompt_inside_the_parked_kv_still_feeds_its_last_token():
+    runtime = FakeRuntime()
+    executor = Executor(runtime, max_lanes=1, clock=lambda: 0.0)
+    prompt = list(range(1, 41))
+    first, _ = converse(executor, prompt)
+    again, reports = converse(executor, prompt)
+    assert again == first
+    assert sum(r.prefill_tokens for r in reports if r) == 1
+    assert sum(r.reused_tokens for r in reports if r) == len(prompt) - 1
+
+
+def test_parked_sequences_are_freed_least_recently_used_first():
+    runtime = FakeRuntime(max_sequences=2)
+    executor = Executor(runtime, max_lanes=2, clock=lambda: 0.0)
+    a, b, c = (list(range(s, s + 30)) for s in (1, 101, 201))
+    converse(executor, a)
+    converse(executor, b)
+    assert len(executor.parked()) == 2
+    converse(executor, c)  # needs a sequence: a's, parked first, goes
+    held = [tokens[:30] for tokens in executor.parked().values()]
+    assert sorted(held) == sorted([b, c])
+    _, reports = converse(executor, [*b, 5])
+    assert sum(r.reused_tokens for r in reports if r) == 30
+
+
+def test_a_short_shared_prefix_does_not_take_a_parked_sequence_while_one_is_free():
+    runtime = FakeRuntime(max_sequences=4)
+    executor = Executor(runtime, max_lanes=4, clock=lambda: 0.0)
+    converse(executor, list(range(1, 31)))
+    _, reports = converse(executor, [1, 2, 3, *range(500, 530)])
+    assert sum(r.reused_tokens for r in reports if r) == 0
+    assert len(executor.parked()) == 2
+
+
+def test_a_runtime_that_refuses_reuse_frees_every_sequence():
+    runtime = FakeRuntime(reuse_refusal="its KV depends on the batch")
+    executor = Executor(runtime, max_lanes=2, clock=lambda: 0.0)
+    assert not executor.reuses_prefixes
+    converse(executor, list(range(1, 41)))
+    assert runtime.kv == {} == executor.parked()

@@ -49,3 +49,38 @@ def test_the_index_follows_committed_tokens_as_they_arrive():
     index.extend([3])
     assert index.draft(2) == [4, 1]
     assert len(index) == 7
+
+
+def test_a_key_seen_whole_drafts_deep_and_one_cut_short_drafts_what_it_earned_plus_one():
+    from superfluid.domain.prompt_lookup import MatchHistory
+
+    history = MatchHistory()
+    assert history.size((1, 2, 3), 15) is None  # never drafted from: the caller decides
+    history.record((1, 2, 3), drafted=8, accepted=8)
+    assert history.size((1, 2, 3), 15) == 15
+    history.record((1, 2, 3), drafted=15, accepted=4)
+    assert history.size((1, 2, 3), 15) == 5
+    assert history.size((1, 2, 3), 3) == 3
+    history.record((1, 2, 3), drafted=5, accepted=0)
+    assert history.size((1, 2, 3), 15) == 1
+    assert history.size(None, 15) is None
+
+
+def test_the_keyed_draft_names_the_n_gram_it_followed():
+    index = PromptLookupIndex([5, 6, 7, 8, 9, 5, 6, 7])
+    assert index.key() == (5, 6, 7)
+    assert index.draft_keyed(2) == ([8, 9], (5, 6, 7))
+    assert PromptLookupIndex([1, 2, 3]).draft_keyed(4) == ([], None)
+
+
+def test_a_prompt_lookup_state_learns_what_its_drafts_earned():
+    from superfluid.application.drafting import PromptLookupDrafter
+
+    state = PromptLookupDrafter(sized_by_match=True).open([5, 6, 7, 8, 9, 10, 5, 6, 7], seq=0)
+    assert state.draft_size(15) is None
+    assert state.propose(4) == [8, 9, 10, 5]
+    state.commit([8, 9, 42])  # two accepted, then the target's own token
+    state.commit([5, 6, 7])  # a plain round: nothing drafted, nothing learnt
+    assert state.draft_size(15) == 3  # (5, 6, 7) again: it earned 2 last time
+    plain = PromptLookupDrafter().open([5, 6, 7, 8, 5, 6, 7], seq=0)
+    assert plain.draft_size(15) is None

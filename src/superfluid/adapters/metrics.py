@@ -27,6 +27,8 @@ Series:
     superfluid_requests_total{model,finish}           finished requests by finish reason
     superfluid_generated_tokens_total{model}          tokens committed by decoding
     superfluid_prefill_tokens_total{model}            prompt tokens fed
+    superfluid_prefix_reused_tokens_total{model}      prompt tokens found in a finished
+                                                      request's KV (not fed again)
     superfluid_active_lanes{model}                    lanes in use after the latest tick
     superfluid_decode_tokens_per_second{model}        committed tokens per tick-second, recent
     superfluid_http_requests_total{route,status}      HTTP requests answered
@@ -131,6 +133,12 @@ class PrometheusMetrics:
             ["model"],
             registry=registry,
         )
+        self._reused = Counter(
+            "superfluid_prefix_reused_tokens_total",
+            "Prompt tokens found in a finished request's KV, so not fed again.",
+            ["model"],
+            registry=registry,
+        )
         self._lanes = Gauge(
             "superfluid_active_lanes",
             "Lanes in use after the latest tick.",
@@ -161,6 +169,8 @@ class PrometheusMetrics:
             self._generated.labels(model).inc(report.committed)
         if report.prefill_tokens:
             self._prefill.labels(model).inc(report.prefill_tokens)
+        if report.reused_tokens:
+            self._reused.labels(model).inc(report.reused_tokens)
         self._lanes.labels(model).set(active_lanes)
         now = self._clock()
         with self._lock:
@@ -206,7 +216,8 @@ class PrometheusMetrics:
     def _introduce(self, model: str) -> None:
         """Create a model's series at 0, so `rate()` sees its first increase and dashboards
         show the model before its first request."""
-        for counter in (self._proposed, self._accepted, self._generated, self._prefill):
+        counters = (self._proposed, self._accepted, self._generated, self._prefill, self._reused)
+        for counter in counters:
             counter.labels(model)
         for finish in Finish:
             self._requests.labels(model, finish.value)

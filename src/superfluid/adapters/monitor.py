@@ -58,6 +58,8 @@ class ModelView:
     prefill_rate: float | None  # None: nothing prefilled within the window
     proposed: int  # draft tokens over the server's life
     accepted: int
+    #: Share of prompt tokens (over the server's life) found in a finished request's KV.
+    reused_share: float | None = None
 
 
 def acceptance_text(proposed: int, accepted: int) -> str:
@@ -85,6 +87,8 @@ def summary_line(view: ModelView) -> str:
     if view.decode_rate is None and view.prefill_rate is None:
         parts.append("idle")
     parts.append(f"spec accept {acceptance_text(view.proposed, view.accepted)}")
+    if view.reused_share is not None:
+        parts.append(f"prompt reused {100.0 * view.reused_share:.0f}%")
     return f"{view.name}: " + ", ".join(parts)
 
 
@@ -95,6 +99,7 @@ def render_table(views: Sequence[ModelView]) -> Table:
     table.add_column("decode tok/s", justify="right")
     table.add_column("prefill tok/s", justify="right")
     table.add_column("spec accept", justify="right")
+    table.add_column("prompt reused", justify="right")
     for view in views:
         table.add_row(
             view.name,
@@ -102,6 +107,7 @@ def render_table(views: Sequence[ModelView]) -> Table:
             rate_text(view.decode_rate, 1),
             rate_text(view.prefill_rate, 0),
             acceptance_text(view.proposed, view.accepted),
+            "-" if view.reused_share is None else f"{100.0 * view.reused_share:.0f}%",
         )
     return table
 
@@ -109,13 +115,15 @@ def render_table(views: Sequence[ModelView]) -> Table:
 class _Tally:
     """What the monitor keeps per model."""
 
-    __slots__ = ("accepted", "decode", "events", "lanes", "prefill", "proposed")
+    __slots__ = ("accepted", "decode", "events", "fed", "lanes", "prefill", "proposed", "reused")
 
     def __init__(self, window: float) -> None:
         self.lanes = 0
         self.proposed = 0
         self.accepted = 0
         self.events = 0  # ticks and finished requests seen: tells "something happened"
+        self.fed = 0  # prompt tokens prefilled
+        self.reused = 0  # prompt tokens found in a parked KV
         self.decode = RateWindow(window)
         self.prefill = RateWindow(window)
 
@@ -169,6 +177,8 @@ class TerminalMonitor:
             # not dilute the decode rate, and a decode-only tick not the prefill rate.
             tally.decode.add(now, report.committed, report.seconds)
             tally.prefill.add(now, report.prefill_tokens, report.seconds)
+            tally.fed += report.prefill_tokens
+            tally.reused += report.reused_tokens
 
     def finished(self, model: str, event: Committed, generated: int) -> None:
         with self._lock:
@@ -261,6 +271,7 @@ class TerminalMonitor:
             prefill_rate=tally.prefill.rate(now) if tally.prefill.active(now) else None,
             proposed=tally.proposed,
             accepted=tally.accepted,
+            reused_share=tally.reused / (tally.reused + tally.fed) if tally.reused else None,
         )
 
 

@@ -9,6 +9,14 @@ prompt-lookup); the gates decide per tick whether drafting pays at this lane cou
 
 Invariant per lane: `history` is every committed token (prompt + output); the KV holds all of
 it but the last committed token, which is `pending` and is fed first in the next round.
+
+Prefix reuse. A finished lane's sequence is parked with the tokens its KV holds instead of
+freed. A new request takes the parked sequence sharing the longest prefix with its prompt, cuts
+it back to that prefix and prefills only the rest; parked sequences are freed least recently
+used first when a lane needs one. It is exact only where a token's KV does not depend on how it
+was computed (alone, in a verify step or in a prefill chunk), so the runtime says whether it may
+(`Capabilities.reuse_refusal`). Multi-turn chat is the case it serves: each prompt is the last
+prompt, its reply and a new line.
 """
 
 from __future__ import annotations
@@ -33,6 +41,9 @@ from superfluid.domain.verification import RoundResult, verify_by_matching, veri
 PREFILL_CHUNK = 512
 
 DraftDistributions = npt.NDArray[np.float64]
+
+#: The shortest shared prefix for which a new lane takes a parked sequence over a free one.
+MIN_REUSED_TOKENS = 16
 
 #: Depth used when no policy is given (prompt-lookup's default, SPECULATION.md §4).
 DEFAULT_DEPTH = 4
@@ -80,6 +91,8 @@ class TickReport:
     seconds: float
     #: accepted_at[i]: lanes whose draft token at position i (0-based) was accepted this tick.
     accepted_at: tuple[int, ...] = ()
+    #: Prompt tokens that lanes admitted this tick found in a parked sequence's KV.
+    reused_tokens: int = 0
 
 
 @dataclass(eq=False)
@@ -107,6 +120,23 @@ class _Lane:
         return SpecStats(self.proposed, self.accepted)
 
 
+@dataclass(eq=False, slots=True)
+class _Parked:
+    """A finished lane's sequence, kept with the tokens its KV holds."""
+
+    seq: int
+    tokens: list[int]
+    parked_at: int  # the executor's tick count when it was parked: least recent goes first
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     lane: _Lane
@@ -128,6 +158,7 @@ class Executor:
         clock: Callable[[], float],
         drafter: Drafter | None = None,
         policy: SpeculationPolicy | None = None,
+        reuse_prefixes: bool = True,
     ) -> None:
         caps = runtime.capabilities
         self._runtime = runtime
@@ -138,6 +169,10 @@ class Executor:
         self._policy = policy
         self._waiting: collections.deque[GenerationRequest] = collections.deque()
         self._lanes: list[_Lane] = []
+        self._parked: list[_Parked] = []
+        self._reuse = reuse_prefixes and caps.truncate_partial and caps.reuse_refusal is None
+        self._ticks = 0
+        self._reused_this_tick = 0
         self.last_tick: TickReport | None = None
 
     @property
@@ -160,15 +195,30 @@ class Executor:
     def submit(self, request: GenerationRequest) -> None:
         self._waiting.append(request)
 
+    @property
+    def reuses_prefixes(self) -> bool:
+        return self._reuse
+
+    def release_parked(self) -> None:
+        """Free every parked sequence (before the runtime serves another executor)."""
+        self._free_parked(len(self._parked))
+
+    def parked(self) -> dict[int, list[int]]:
+        """Each parked sequence and the tokens its KV holds."""
+        return {p.seq: list(p.tokens) for p in self._parked}
+
     def abort_all(self) -> None:
         """Drop every lane and waiting request, freeing their sequences (after a failure)."""
         for lane in self._lanes:
             lane.finish = Finish.ERROR
         self._release_finished()
         self._waiting.clear()
+        self.release_parked()
 
     def tick(self) -> list[Committed]:
         events: list[Committed] = []
+        self._ticks += 1
+        self._reused_this_tick = 0
         self._drop_cancelled(events)
         self._admit(events)
         if not self._lanes:
@@ -201,7 +251,15 @@ class Executor:
         prefill = sum(len(plan.feed.tokens) for plan in plans if plan.prefill)
         drafted = sum(len(plan.draft) for plan in plans)
         self.last_tick = TickReport(
-            len(plans), decoding, prefill, committed, drafted, accepted, seconds, tuple(accepted_at)
+            len(plans),
+            decoding,
+            prefill,
+            committed,
+            drafted,
+            accepted,
+            seconds,
+            tuple(accepted_at),
+            self._reused_this_tick,
         )
         # Gate measurements are clean only when no prefill shared the step.
         if self._policy is not None and decoding and not prefill:
@@ -246,10 +304,12 @@ class Executor:
                 and request.logprobs is None
                 and self._drafter is not None
             )
-            seq = self._runtime.new_sequence()
+            seq, reused = self._sequence_for(request.prompt)
+            self._reused_this_tick += reused
             lane = _Lane(
                 request=request,
                 seq=seq,
+                prefilled=reused,
                 history=list(request.prompt),
                 draft_state=self._drafter.open(request.prompt, seq=seq)
                 if speculates and self._drafter
@@ -298,10 +358,43 @@ class Executor:
             if lane.finish is None:
                 keep.append(lane)
                 continue
-            self._runtime.free_sequence(lane.seq)
+            # A lane that failed may have left its KV in any state: only a clean one is kept.
+            if self._reuse and lane.finish is not Finish.ERROR and lane.kv_len > 0:
+                tokens = lane.history[: lane.kv_len]
+                self._parked.append(_Parked(lane.seq, tokens, self._ticks))
+            else:
+                self._runtime.free_sequence(lane.seq)
             if self._policy is not None and lane.draft_state is not None:
                 self._policy.request_finished(lane.request.id)
         self._lanes = keep
+
+    def _sequence_for(self, prompt: list[int]) -> tuple[int, int]:
+        """A sequence for a new lane, and how many of its prompt tokens the KV already holds."""
+        if self._parked:
+            # At least the prompt's last token is fed again: its logits row starts the reply.
+            best = max(self._parked, key=lambda p: (common_prefix(p.tokens, prompt), p.parked_at))
+            shared = min(common_prefix(best.tokens, prompt), len(prompt) - 1)
+            free = self._caps.max_sequences - len(self._lanes) - len(self._parked)
+            # Every prompt shares its first token or so with every other: a short match is not
+            # worth losing a parked sequence that a later turn of its own conversation may want.
+            if shared >= MIN_REUSED_TOKENS or (shared > 0 and free <= 0):
+                self._parked.remove(best)
+                try:
+                    self._runtime.cut(best.seq, shared)
+                except Exception:  # a sequence that will not cut is not reused
+                    self._runtime.free_sequence(best.seq)
+                else:
+                    return best.seq, shared
+            if free <= 0:
+                self._free_parked(1)
+        return self._runtime.new_sequence(), 0
+
+    def _free_parked(self, count: int) -> None:
+        """Free the `count` least recently parked sequences."""
+        self._parked.sort(key=lambda p: p.parked_at)
+        for parked in self._parked[:count]:
+            self._runtime.free_sequence(parked.seq)
+        del self._parked[:count]
 
     # -- one lane's feed -------------------------------------------------------------------
 
@@ -339,7 +432,10 @@ class Executor:
         # (the pending token takes a cell too) and the rows the runtime verifies at once.
         budget = lane.request.max_tokens - lane.generated
         room = self._caps.context_size - lane.kv_len - 1
-        k = min(lane.ramp.cap(depth), budget - 1, room, self._caps.max_verify_rows - 1)
+        sized = getattr(state, "draft_size", None)
+        by_match = sized(depth) if sized is not None else None
+        cap = lane.ramp.cap(depth) if by_match is None else by_match
+        k = min(cap, budget - 1, room, self._caps.max_verify_rows - 1)
         if k <= 0:
             return [], None
         params = lane.request.params

@@ -51,6 +51,10 @@ class Capabilities:
     eos_tokens: frozenset[int]
     max_sequences: int = 1
     notes: tuple[str, ...] = field(default=())
+    #: None when a finished request's KV may serve a later prompt with the same prefix: a
+    #: token's KV is then the same whether it was prefilled, verified or decoded alone.
+    #: Otherwise why not, phrased to follow "prefix reuse is off: ".
+    reuse_refusal: str | None = None
 
     @property
     def truncate_partial(self) -> bool:

@@ -78,6 +78,7 @@ class ServePlan:
     #: `--served-model-name`, one per model in order (fewer: the rest keep their file names).
     served_names: tuple[str, ...] = ()
     max_queue: int = DEFAULT_MAX_QUEUE
+    prefix_reuse: bool = True
 
 
 @dataclass
@@ -196,7 +197,11 @@ class Serving:
             clock=self._clock,
             drafter=registration.drafter,
             policy=policy,
+            reuse_prefixes=plan.prefix_reuse,
         )
+        if plan.prefix_reuse and not executor.reuses_prefixes:
+            why = caps.reuse_refusal or f"this model's {caps.cut_refusal}"
+            log.info("%s: prefix reuse is off: %s", name, why)
         return ModelHost(
             name,
             runtime,

@@ -65,15 +65,51 @@ class PromptLookupIndex:
                     latest[tuple(history[start : start + n])] = start
 
     def draft(self, k: int) -> list[int]:
-        if k <= 0:
-            return []
+        return self.draft_keyed(k)[0] if k > 0 else []
+
+    def key(self) -> tuple[int, ...] | None:
+        """The tail n-gram the next draft would follow (None: nothing to draft)."""
+        history = self._history
+        length = len(history)
+        for n, latest in self._latest.items():
+            if length > n and tuple(history[length - n :]) in latest:
+                return tuple(history[length - n :])
+        return None
+
+    def draft_keyed(self, k: int) -> tuple[list[int], tuple[int, ...] | None]:
+        """The draft, and the tail n-gram it followed."""
         history = self._history
         length = len(history)
         for n, latest in self._latest.items():
             if length <= n:
                 continue
-            start = latest.get(tuple(history[length - n :]))
+            tail = tuple(history[length - n :])
+            start = latest.get(tail)
             if start is not None:
                 # Non-empty by construction: start + n < length.
-                return history[start + n : start + n + k]
-        return []
+                return history[start + n : start + n + k], tail
+        return [], None
+
+
+class MatchHistory:
+    """What the last draft that followed each n-gram earned: sizes the next one from it.
+
+    A key whose last draft was accepted whole drafts as deep as allowed; one whose last draft
+    was cut at `a` accepted tokens drafts `a + 1` (what was right, and one more). A key never
+    drafted from has no size: the caller's own rule (the per-lane ramp) applies.
+    """
+
+    __slots__ = ("_earned",)
+
+    def __init__(self) -> None:
+        self._earned: dict[tuple[int, ...], tuple[int, int]] = {}
+
+    def size(self, key: tuple[int, ...] | None, cap: int) -> int | None:
+        if key is None or key not in self._earned:
+            return None
+        drafted, accepted = self._earned[key]
+        return cap if accepted >= drafted else max(1, min(cap, accepted + 1))
+
+    def record(self, key: tuple[int, ...], drafted: int, accepted: int) -> None:
+        if drafted > 0:
+            self._earned[key] = (drafted, accepted)

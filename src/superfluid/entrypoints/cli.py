@@ -205,6 +205,14 @@ def serve(
     no_monitor: Annotated[
         bool, typer.Option("--no-monitor", help="No live terminal view.")
     ] = False,
+    prefix_reuse: Annotated[
+        bool,
+        typer.Option(
+            "--prefix-reuse/--no-prefix-reuse",
+            help="Keep a finished request's KV for a later prompt that starts the same way"
+            " (a chat's next turn); the longest shared prefix is not prefilled again.",
+        ),
+    ] = True,
     spec_draft_tokens: Annotated[
         str | None,
         typer.Option(help="Draft depth, 1..=15 (default: per strategy).", rich_help_panel=SPEC),
@@ -293,6 +301,7 @@ def serve(
             env=dict(env),
             served_names=_served_names(served_model_name),
             max_queue=_max_queue(max_queue),
+            prefix_reuse=prefix_reuse,
         )
         _serve(plan)
     except SuperfluidError as error:

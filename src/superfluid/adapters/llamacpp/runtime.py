@@ -22,6 +22,7 @@ Not thread-safe: one executor thread owns a runtime.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,6 +47,8 @@ from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFaul
 from superfluid.domain.errors import SuperfluidError
 
 MAX_VERIFY_ROWS = 16
+#: Throwaway rows worth one pass fewer (see `_padded_widths`).
+PADDING_ROWS_PER_PASS = 4
 N_BATCH = 512
 
 _DECODE_ERRORS = {
@@ -193,6 +196,9 @@ class LlamaCppRuntime(ClosedOnExit):
             eos_tokens=self.vocab.eos_tokens,
             max_sequences=self._max_sequences,
             notes=tuple(notes),
+            reuse_refusal=None
+            if self.kernels.batch_invariant
+            else "these kernels compute a token's KV differently in a batch and alone",
         )
 
     def _cut_refusal(self, swa_full: bool) -> str | None:
@@ -269,16 +275,22 @@ class LlamaCppRuntime(ClosedOnExit):
         batch, n_vocab = self._batch, self._n_vocab
         self._sequences.check_feeds(feeds)
         widths = self._padded_widths(feeds)
-        total = sum(widths)
+        fillers = self._gap_fillers(feeds, widths)
+        # (index of the feed's result, or None for a filler; the feed; its width in the batch),
+        # in sequence order: llama.cpp packs consecutive sequence ids into one pass.
+        entries: list[tuple[int | None, Feed, int]] = [
+            (i, feed, width) for i, (feed, width) in enumerate(zip(feeds, widths, strict=True))
+        ]
+        entries += [(None, filler, len(filler.tokens)) for filler in fillers]
+        entries.sort(key=lambda entry: entry[1].seq)
+        total = sum(width for _, _, width in entries)
         batch.reserve(total)
         results: list[Logits] = [np.empty(0, np.float32)] * len(feeds)
         # (batch row, destination address): rows come out in batch order, chunk by chunk.
         wanted: list[tuple[int, int]] = []
         row_bytes = self._row_bytes
         offset = 0
-        # In sequence order: llama.cpp packs consecutive sequence ids into one pass.
-        for index in sorted(range(len(feeds)), key=lambda i: feeds[i].seq):
-            feed, width = feeds[index], widths[index]
+        for index, feed, width in entries:
             n = len(feed.tokens)
             end = offset + n
             batch.tokens[offset:end] = feed.tokens
@@ -288,9 +300,12 @@ class LlamaCppRuntime(ClosedOnExit):
             )
             batch.seq_ids[offset : offset + width] = feed.seq
             batch.outputs[offset : offset + width] = 0
+            offset += width
+            if index is None:
+                continue  # a filler: no rows
             if feed.all_rows:
-                batch.outputs[offset:end] = 1
-                first = offset
+                batch.outputs[end - n : end] = 1
+                first = end - n
             else:
                 batch.outputs[end - 1] = 1
                 first = end - 1
@@ -298,9 +313,8 @@ class LlamaCppRuntime(ClosedOnExit):
             base = rows.ctypes.data
             wanted.extend((first + r, base + r * row_bytes) for r in range(end - first))
             results[index] = rows
-            offset += width
-        self._decode(feeds, total, wanted)
-        self._drop_padding(feeds, widths)
+        self._decode(feeds, total, wanted, fillers)
+        self._drop_padding(feeds, widths, fillers)
         self._sequences.advance(feeds)
         return results
 
@@ -318,23 +332,63 @@ class LlamaCppRuntime(ClosedOnExit):
         longest = max(widths)
         if len(feeds) == 1 or longest > MAX_VERIFY_ROWS or not self.kernels.stream_per_sequence:
             return widths
-        return [
+        padded = [
             longest if feed.start + longest <= self._ctx_size else width
             for feed, width in zip(feeds, widths, strict=True)
         ]
+        # Padding rows run every layer but the vocabulary head; a pass saved saves a read of
+        # every weight. Pad only while the rows added stay below what the saved passes cost.
+        passes_saved = len(set(widths)) - len(set(padded))
+        added = sum(padded) - sum(widths)
+        return padded if added <= PADDING_ROWS_PER_PASS * passes_saved else widths
 
-    def _drop_padding(self, feeds: Sequence[Feed], widths: list[int]) -> None:
+    def _gap_fillers(self, feeds: Sequence[Feed], widths: list[int]) -> list[Feed]:
+        """Throwaway feeds for the sequence ids between the fed ones, so that one pass runs all.
+
+        llama.cpp packs only consecutive sequence ids into a pass, and parked (reused) or free
+        sequences leave gaps: lanes 0 and 2 would take two passes. A filler appends `width`
+        tokens to the gap's sequence (after what it holds, or at 0 when it is free) and is cut
+        off after the decode; like padding, it cannot move any other sequence's row.
+        """
+        if len(feeds) < 2 or not self.kernels.stream_per_sequence or len(set(widths)) != 1:
+            return []
+        width = widths[0]
+        fed = sorted(feed.seq for feed in feeds)
+        gaps = sorted(set(range(fed[0], fed[-1] + 1)) - set(fed))
+        # Each run of consecutive ids is a pass of its own; filling the gaps joins them.
+        passes_saved = sum(1 for a, b in itertools.pairwise(fed) if b > a + 1)
+        added = len(gaps) * width
+        if not gaps or width > MAX_VERIFY_ROWS or added > PADDING_ROWS_PER_PASS * passes_saved:
+            return []
+        fillers = []
+        for seq in gaps:
+            start = self._sequences.held(seq) if seq in self._sequences else 0
+            if start < 0 or start + width > self._ctx_size:
+                return []  # a broken or full sequence cannot take a filler: let llama.cpp split
+            fillers.append(Feed(seq, [feeds[0].tokens[-1]] * width, start))
+        return fillers
+
+    def _drop_padding(self, feeds: Sequence[Feed], widths: list[int], fillers: list[Feed]) -> None:
         lib = self._lib
-        for feed, width in zip(feeds, widths, strict=True):
-            end = feed.start + len(feed.tokens)
-            if width == len(feed.tokens):
-                continue
-            lib.llama_memory_seq_rm(self._mem, feed.seq, end, -1)
-            if int(lib.llama_memory_seq_pos_max(self._mem, feed.seq)) + 1 != end:
-                self._roll_back(feeds)
-                raise RuntimeFault(f"llama.cpp did not cut the padding off sequence {feed.seq}")
+        cuts = [
+            (feed.seq, feed.start + len(feed.tokens))
+            for feed, width in zip(feeds, widths, strict=True)
+            if width != len(feed.tokens)
+        ]
+        cuts += [(filler.seq, filler.start) for filler in fillers]
+        for seq, end in cuts:
+            lib.llama_memory_seq_rm(self._mem, seq, end, -1)
+            if int(lib.llama_memory_seq_pos_max(self._mem, seq)) + 1 != end:
+                self._roll_back(feeds, fillers)
+                raise RuntimeFault(f"llama.cpp did not cut the padding off sequence {seq}")
 
-    def _decode(self, feeds: Sequence[Feed], total: int, wanted: list[tuple[int, int]]) -> None:
+    def _decode(
+        self,
+        feeds: Sequence[Feed],
+        total: int,
+        wanted: list[tuple[int, int]],
+        fillers: Sequence[Feed] = (),
+    ) -> None:
         lib, ctx, batch = self._lib, self._ctx, self._batch
         get_row, memmove, row_bytes = lib.llama_get_logits_ith, ctypes.memmove, self._row_bytes
         next_row = 0
@@ -343,7 +397,7 @@ class LlamaCppRuntime(ClosedOnExit):
             count = min(per_decode, total - chunk)
             rc = lib.llama_decode(ctx, batch.view(chunk, count))
             if rc != 0:
-                self._roll_back(feeds)
+                self._roll_back(feeds, fillers)
                 why = _DECODE_ERRORS.get(rc, "fatal error")
                 raise RuntimeFault(f"llama_decode failed ({rc}: {why})")
             end = chunk + count
@@ -351,16 +405,18 @@ class LlamaCppRuntime(ClosedOnExit):
                 index, dest = wanted[next_row]
                 src = get_row(ctx, index - chunk)
                 if not src:
-                    self._roll_back(feeds)
+                    self._roll_back(feeds, fillers)
                     raise RuntimeFault(f"llama.cpp returned no logits for batch row {index}")
                 memmove(dest, src, row_bytes)
                 next_row += 1
 
-    def _roll_back(self, feeds: Sequence[Feed]) -> None:
+    def _roll_back(self, feeds: Sequence[Feed], fillers: Sequence[Feed] = ()) -> None:
         # A failed or partly decoded step leaves each sequence as it was before the step.
         for feed in feeds:
             self._lib.llama_memory_seq_rm(self._mem, feed.seq, feed.start, -1)
             self._sequences.set(feed.seq, feed.start)
+        for filler in fillers:
+            self._lib.llama_memory_seq_rm(self._mem, filler.seq, filler.start, -1)
 
     def _open(self) -> None:
         # After close() the C pointers are freed: a call through them would crash the process.

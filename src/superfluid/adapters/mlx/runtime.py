@@ -117,6 +117,10 @@ class MlxRuntime(ClosedOnExit):
             eos_tokens=eos_tokens,
             max_sequences=self._max_sequences,
             notes=notes,
+            reuse_refusal=(
+                "MLX computes a prompt's KV with other kernels than a decoded token's, so a"
+                " reused prefix could change the output"
+            ),
         )
 
     # The Runtime port.

@@ -1,0 +1,129 @@
+"""The peer and the ceiling benches: the oracle drafter on the fake runtime, the harness's
+system selection, and (where `bench/build_llama_server.sh` has built it) llama.cpp's server
+answering the harness with the prompt superfluid renders."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from bench.http_bench import LLAMA_SERVER_EXTRA, parse_args
+from bench.http_load import Request, client_for, one_round
+from bench.http_results import LLAMA_SERVERS, is_llama_server
+from bench.http_servers import llama_server_binary, llama_server_spec, running
+from bench.http_workloads import COPY_HEAVY, MULTI_TURN
+from bench.oracle_ceiling import FixedDepth, OracleDrafter, OracleState, run_round
+
+from superfluid.application.executor import Executor
+from tests.fakes import FakeModel, FakeRuntime
+
+# -- the oracle -------------------------------------------------------------------------------
+
+
+def test_the_oracle_drafts_the_known_continuation_and_stops_off_it():
+    state = OracleState([5, 6, 7, 8, 9])
+    assert state.propose(3) == [5, 6, 7]
+    state.commit([5, 6])
+    assert state.propose(8) == [7, 8, 9]
+    state.commit([7, 4])  # the lane left the known path
+    assert state.propose(3) == []
+    assert OracleDrafter({}).open([1, 2], seq=0).propose(4) == []
+
+
+def test_the_oracle_is_accepted_whole_and_changes_no_output():
+    runtime = FakeRuntime(FakeModel(eos=False), max_verify_rows=16)
+    prompts = [[3, 4, 5, 6], [7, 8, 9]]
+    plain = run_round(Executor(runtime, max_lanes=2, clock=time.perf_counter), prompts, 40)
+    plain_steps = len(runtime.steps)
+    assert [len(o) for o in plain.outputs] == [40, 40] and plain.proposed == 0
+    oracle = Executor(
+        runtime,
+        max_lanes=2,
+        clock=time.perf_counter,
+        drafter=OracleDrafter({tuple(p): o for p, o in zip(prompts, plain.outputs, strict=True)}),
+        policy=FixedDepth(7),
+    )
+    figures = run_round(oracle, prompts, 40)
+    assert figures.outputs == plain.outputs
+    assert figures.proposed > 0 and figures.accepted == figures.proposed
+    # 7 drafts + 1 per step: 40 tokens in far fewer steps than plain's one per step.
+    assert len(runtime.steps) - plain_steps < plain_steps / 3
+    assert figures.decode_tokens < figures.tokens and figures.decode_wall <= figures.wall
+
+
+# -- the harness ------------------------------------------------------------------------------
+
+
+def test_systems_take_a_prefix_and_a_missing_llama_server_is_refused(tmp_path: Path):
+    args = parse_args(["--systems", "superfluid auto,superfluid off", "--quick"])
+    assert args.systems == ("superfluid auto", "superfluid off")
+    assert args.session_clients == (1,)
+    with pytest.raises(SystemExit):
+        parse_args(["--systems", "llama-server*", "--llama-server", str(tmp_path / "absent")])
+    binary = tmp_path / "llama-server"
+    binary.write_text("")
+    args = parse_args(["--systems", "llama-server*", "--llama-server", str(binary)])
+    assert args.systems == LLAMA_SERVERS and all(is_llama_server(s) for s in args.systems)
+
+
+def test_a_multi_turn_session_tags_its_first_line_only():
+    variant = MULTI_TURN.variant(1, 2)
+    assert MULTI_TURN.first_line(variant, 2, 1).startswith("Session 2.1: ")
+    assert len(variant.follow_ups) == 3
+    assert COPY_HEAVY.first_line(variant, 2, 1) == variant.text
+
+
+# -- llama-server, where it is built -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama_server() -> Path:
+    binary = llama_server_binary()
+    if not binary.is_file():
+        pytest.skip(f"llama-server is not built ({binary}): sh bench/build_llama_server.sh")
+    return binary
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_llama_server_sees_the_prompt_superfluid_renders_and_streams_counts(
+    llama_server: Path, demo_gguf: Path, tmp_path: Path
+):
+    from llama_cpp import Llama
+
+    vocab = Llama(str(demo_gguf), vocab_only=True, verbose=False)
+    variant = COPY_HEAVY.variant(0, 0)
+    expected = len(vocab.tokenize(COPY_HEAVY.raw_prompt(variant).encode(), special=True))
+    spec = llama_server_spec(
+        "llama-server ngram-simple n3 m8",
+        llama_server,
+        demo_gguf,
+        slots=1,
+        ctx_size=2048,
+        threads=2,
+    )
+    with running(spec, tmp_path / "llama-server.log") as base:
+
+        async def go():
+            client = client_for(base, 1)
+            try:
+                request = Request(
+                    spec.model_name,
+                    0.0,
+                    24,
+                    dict(LLAMA_SERVER_EXTRA),
+                    stream_options={"include_usage": True},
+                )
+                return await one_round(client, COPY_HEAVY, request, 1, 0)
+            finally:
+                await client.close()
+
+        round_ = asyncio.run(go())
+    (reply,) = round_.replies
+    assert reply.prompt_tokens == expected
+    assert reply.tokens == 24
+    assert reply.ttft is not None and reply.decode_tokens is not None
+    assert round_.decode_tokens is not None and round_.decode_tokens > 0
+    assert reply.proposed >= reply.accepted >= 0
