@@ -18,10 +18,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from superfluid.adapters.basert.fixtures import make_fixtures
 from superfluid.adapters.basert.runtime import BaseRTRuntime
-from superfluid.application.drafting import Drafter, DraftState
+from superfluid.adapters.fixtures.basert import make_fixtures
 from superfluid.application.executor import Executor
+from superfluid.application.ports import Drafter, DraftState
 from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling import SamplingParams

@@ -263,7 +263,7 @@ def nproc() -> int:
 
 def default_model() -> Path:
     from superfluid.adapters.llamacpp.demo_model import demo_model_path
-    from superfluid.entrypoints.hosts import superfluid_home
+    from superfluid.entrypoints.container import superfluid_home
 
     return demo_model_path(superfluid_home(os.environ))
 

@@ -22,7 +22,7 @@ import httpx
 
 from bench.http_servers import ServerSpec, running, superfluid_spec
 from superfluid.adapters.llamacpp.demo_model import demo_model_path
-from superfluid.entrypoints.hosts import superfluid_home
+from superfluid.entrypoints.container import superfluid_home
 
 FAST = 0.100  # seconds: the first byte of a refusal arrives within this
 

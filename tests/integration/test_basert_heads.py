@@ -20,12 +20,11 @@ import numpy as np
 import pytest
 
 from superfluid.adapters.basert.bundle import Bundle
-from superfluid.adapters.basert.fixtures import make_fixtures, write_model_bundle
 from superfluid.adapters.basert.runtime import BaseRTRuntime
 from superfluid.adapters.bundle_files import read_header
-from superfluid.application.drafting import Drafter, DraftState, SampledDraftState
+from superfluid.adapters.fixtures.basert import make_fixtures, write_model_bundle
 from superfluid.application.executor import Executor
-from superfluid.application.ports import Feed, RuntimeFault
+from superfluid.application.ports import Drafter, DraftState, Feed, RuntimeFault, SampledDraftState
 from superfluid.application.registration import EngineRefusal
 from superfluid.application.requests import Finish, GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
@@ -195,7 +194,7 @@ def run(
 
 
 def drafter_for(strategy: str, bundles: dict[str, Path], runtime: BaseRTRuntime) -> tuple[Spy, int]:
-    """A spied drafter for `strategy` and its default depth (SPECULATION.md §4)."""
+    """A spied drafter for `strategy` and its default depth (docs/contract.md §4)."""
     role = STRATEGIES[strategy][1]
     path = bundles[role] if role else None
     block = read_header(path).block_size if path else None

@@ -16,19 +16,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from superfluid.adapters.basert.draft_model import DraftModelDrafter
-from superfluid.adapters.basert.fixtures import (
+from superfluid.adapters.basert.drafters.draft_model import DraftModelDrafter
+from superfluid.adapters.basert.model import linear, rms_norm
+from superfluid.adapters.basert.runtime import BaseRTRuntime
+from superfluid.adapters.bundle_files import read_header
+from superfluid.adapters.fixtures.basert import (
     CORPUS,
     make_fixtures,
     train_tokenizer,
     write_model_bundle,
 )
-from superfluid.adapters.basert.model import linear, rms_norm
-from superfluid.adapters.basert.runtime import BaseRTRuntime
-from superfluid.adapters.bundle_files import read_header
-from superfluid.application.drafting import Drafter, PromptLookupDrafter, SampledDraftState
+from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
-from superfluid.application.ports import Feed, Logits, RuntimeFault
+from superfluid.application.ports import Drafter, Feed, Logits, RuntimeFault, SampledDraftState
 from superfluid.application.registration import EngineRefusal
 from superfluid.application.requests import Finish, GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from superfluid.adapters.basert.fixtures import make_fixtures
+from superfluid.adapters.fixtures.basert import make_fixtures
 from tests.integration.serving import Server, started
 
 ASK: list[ChatCompletionMessageParam] = [

@@ -34,7 +34,7 @@ import pytest
 import uvicorn
 from typer.testing import CliRunner
 
-from superfluid.adapters.basert.fixtures import make_fixtures
+from superfluid.adapters.fixtures.basert import make_fixtures
 from superfluid.domain.bundle_header import MAGIC, PREFIX_SIZE, weights_offset
 from superfluid.entrypoints.cli import app
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from superfluid.adapters.basert.fixtures import make_fixtures
 from superfluid.adapters.bundle_files import read_header, write_bundle
+from superfluid.adapters.fixtures.basert import make_fixtures
 from superfluid.entrypoints.cli import app
 from tests.integration.serving import startup as serving_startup
 

@@ -19,13 +19,13 @@ from superfluid.domain.bundle_header import (
 from superfluid.domain.catalog import parse_catalog
 from superfluid.domain.drafters import (
     Candidate,
-    DrafterKind,
     fit_problem,
     rank_candidates,
     rank_key,
 )
 from superfluid.domain.errors import HeaderError
 from superfluid.domain.naming import is_artifact_tag, normalise_name
+from superfluid.domain.strategies import Strategy
 
 json_scalars = (
     st.none()
@@ -174,7 +174,7 @@ def test_a_drafter_built_from_the_targets_own_shape_fits(
 ANY_HEADER = header_from_json({"arch": "dflash"})
 
 PATHS = ("/a", "/b", "/m/a", "/m/b", "/z/x.base", "/z/y.base")
-AUTO_KINDS = (DrafterKind.DSPARK, DrafterKind.DFLASH, DrafterKind.EAGLE3)
+AUTO_KINDS = (Strategy.DSPARK, Strategy.DFLASH, Strategy.EAGLE3)
 CREATED = (0.0, 1.0, 1.7e9, 4e9)
 
 

@@ -93,8 +93,54 @@ def test_ruff_finds_nothing():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_core_type_checks_strictly():
+def test_all_of_src_type_checks_strictly():
     result = subprocess.run(
         [str(BIN / "mypy"), "--no-error-summary"], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_http_talks_to_served_models_never_to_their_runtimes():
+    http = ROOT / "src" / "superfluid" / "entrypoints" / "http"
+    for path in sorted(http.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "runtime":
+                assert not (isinstance(node.value, ast.Name) and node.value.id == "host"), (
+                    f"{path.name}:{node.lineno} reaches into host.runtime"
+                )
+
+
+def _cycle_in(graph, modules):
+    """One import cycle among `modules` (a list of module names), or None."""
+    done, on_path, path = set(), set(), []
+
+    def visit(module):
+        done.add(module)
+        on_path.add(module)
+        path.append(module)
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if imported in on_path:
+                return [*path[path.index(imported) :], imported]
+            if imported not in done and imported in modules:
+                found = visit(imported)
+                if found:
+                    return found
+        on_path.discard(module)
+        path.pop()
+        return None
+
+    for module in sorted(modules):
+        if module not in done:
+            found = visit(module)
+            if found:
+                return found
+    return None
+
+
+def test_no_module_in_src_imports_itself_back():
+    grimp = pytest.importorskip("grimp")
+    # Imports under `if TYPE_CHECKING:` count too: a cycle that only type checks is still one.
+    graph = grimp.build_graph("superfluid", cache_dir=None)
+    cycle = _cycle_in(graph, set(graph.modules))
+    assert cycle is None, " -> ".join(cycle)

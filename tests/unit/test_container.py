@@ -5,10 +5,10 @@ import logging
 import pytest
 from dependency_injector import providers
 
+from superfluid.application.serving import ServePlan
 from superfluid.domain.errors import DirectiveError
 from superfluid.domain.spec_settings import SpecSettings
 from superfluid.entrypoints.container import Container
-from superfluid.entrypoints.hosts import ServePlan
 from tests.fakes import FakeRuntime
 
 SWA = "sliding-window state cuts only at its head"
@@ -151,20 +151,73 @@ def test_the_container_wires_a_service_and_an_app(tmp_path):
 
 
 def test_a_block_drafter_drafts_its_block_width_and_an_mtp_head_follows_its_arch(tmp_path):
-    from superfluid.adapters.bundle_files import write_bundle
     from superfluid.application.registration import Registration
-    from superfluid.entrypoints.discovery import Discovery
-    from superfluid.entrypoints.hosts import _policy
+    from superfluid.application.serving import policy_for
+    from superfluid.domain.bundle_header import header_from_json
+
+    class BlockOfSix:
+        strategy = "dflash"
+
+        def default_depth(self):
+            return 6
+
+    target = header_from_json({"arch": "glm_dsa", "config": {"num_hidden_layers": 2}})
+    plan = ServePlan(models=(tmp_path / "t.base",), speculate="auto", settings=SpecSettings())
+    dflash = policy_for(Registration("dflash", BlockOfSix(), ()), plan, 16, target)
+    assert dflash.default_depth == 6
+    mtp = policy_for(Registration("mtp-head", None, ()), plan, 16, target)
+    assert mtp.default_depth == 1  # GLM-DSA's head drafts one token (§4)
+    assert policy_for(Registration(None, None, ()), plan, 16, target) is None
+
+
+class ListedCatalog:
+    """A catalog source that lists one drafter with a size its file does not have."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.loads = 0
+
+    def load(self):
+        self.loads += 1
+        return self.rows
+
+
+def test_the_catalog_source_and_the_runtime_are_swapped_through_the_root(tmp_path, caplog):
+    from superfluid.adapters.bundle_files import write_bundle
+    from superfluid.domain.catalog import CatalogRow
 
     shape = {"hidden_size": 8, "vocab_size": 16, "num_hidden_layers": 2}
     target = tmp_path / "t.base"
-    write_bundle(target, {"arch": "glm_dsa", "config": shape})
-    block = tmp_path / "d.base"
-    write_bundle(block, {"arch": "dflash", "config": {**shape, "block_size": 6}})
-    plan = ServePlan(models=(target,), speculate="auto", settings=SpecSettings(), monitor=False)
-    discovery = Discovery(target, tmp_path, {}, offline=True)
-    dflash = _policy(Registration("dflash", None, (), block), plan, 16, discovery)
-    assert dflash.default_depth == 6
-    mtp = _policy(Registration("mtp-head", None, ()), plan, 16, discovery)
-    assert mtp.default_depth == 1  # GLM-DSA's head drafts one token (§4)
-    assert _policy(Registration(None, None, ()), plan, 16, discovery) is None
+    write_bundle(target, {"arch": "qwen3", "config": shape})
+    drafter = tmp_path / "d.base"
+    write_bundle(drafter, {"arch": "dflash", "config": {**shape, "block_size": 4}})
+    row = CatalogRow("org/d", "d.base", "q4", 1, "0" * 64, None, None)
+    catalog = ListedCatalog((row,))
+    plan = ServePlan(
+        models=(target,), speculate="auto", settings=SpecSettings(), monitor=False, offline=True
+    )
+    container = Container(plan=plan)
+    engine = FakeDrafterEngine()
+    container.runtime_loaders.override(
+        providers.Dict(basert=providers.Object(lambda path, *, ctx_size, max_lanes: engine))
+    )
+    container.catalog.override(providers.Object(catalog))
+    caplog.set_level(logging.INFO, logger="superfluid")
+    (host,) = container.hosts()
+    assert catalog.loads == 1
+    assert host.registration.strategy is None  # the only drafter is not the catalog's bytes
+    said = [r.getMessage() for r in caplog.records]
+    assert any("skipping a drafter" in line and "not the catalog's org/d" in line for line in said)
+    assert engine.asked == []
+
+
+class FakeDrafterEngine(FakeRuntime):
+    """A fake runtime that also builds drafters (the `DrafterEngine` port)."""
+
+    def __init__(self):
+        super().__init__()
+        self.asked = []
+
+    def drafter(self, strategy, path):
+        self.asked.append((strategy, path))
+        raise AssertionError("no drafter should reach the engine")

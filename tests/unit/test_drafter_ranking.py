@@ -6,7 +6,6 @@ import pytest
 from superfluid.domain.bundle_header import BundleHeader, header_from_json
 from superfluid.domain.drafters import (
     Candidate,
-    DrafterKind,
     auto_eligible,
     fit_problem,
     fits,
@@ -17,6 +16,7 @@ from superfluid.domain.drafters import (
     rank_key,
     same_quantisation,
 )
+from superfluid.domain.strategies import Strategy
 
 
 def target(**overrides: Any) -> BundleHeader:
@@ -49,20 +49,30 @@ def drafter(
 @pytest.mark.parametrize(
     ("arch", "kind"),
     [
-        ("dspark", DrafterKind.DSPARK),
-        ("dflash", DrafterKind.DFLASH),
-        ("eagle3", DrafterKind.EAGLE3),
-        ("qwen3", DrafterKind.DRAFT_MODEL),
-        ("DFlash", DrafterKind.DRAFT_MODEL),
-        ("", DrafterKind.DRAFT_MODEL),
+        ("dspark", Strategy.DSPARK),
+        ("dflash", Strategy.DFLASH),
+        ("eagle3", Strategy.EAGLE3),
+        ("qwen3", Strategy.DRAFT_MODEL),
+        ("DFlash", Strategy.DRAFT_MODEL),
+        ("", Strategy.DRAFT_MODEL),
     ],
 )
-def test_the_drafter_kind_comes_from_the_header_arch(arch: str, kind: DrafterKind) -> None:
+def test_the_drafter_kind_comes_from_the_header_arch(arch: str, kind: Strategy) -> None:
     assert kind_of(header_from_json({"arch": arch})) is kind
 
 
-def test_kind_values_are_the_directive_prefixes() -> None:
-    assert [k.value for k in DrafterKind] == ["dspark", "dflash", "eagle3", "draft-model"]
+def test_the_drafter_kinds_are_the_directive_prefixes() -> None:
+    assert [k.value for k in Strategy if k.needs_file] == [
+        "dflash",
+        "dspark",
+        "eagle3",
+        "draft-model",
+    ]
+
+
+def test_auto_prefers_dspark_then_dflash_then_eagle3_and_never_a_draft_model() -> None:
+    by_auto = sorted((k for k in Strategy if k.by_auto), key=lambda k: k.auto_rank or 0)
+    assert by_auto == [Strategy.DSPARK, Strategy.DFLASH, Strategy.EAGLE3]
 
 
 @pytest.mark.parametrize(
@@ -206,7 +216,7 @@ HEADER = drafter()
 
 def candidate(path: str = "/d/x.base", **facts: Any) -> Candidate:
     defaults: dict[str, Any] = {
-        "kind": DrafterKind.DFLASH,
+        "kind": Strategy.DFLASH,
         "catalog_paired": False,
         "speculator_rank": None,
         "named_for_target": False,
@@ -222,12 +232,12 @@ def picked(*candidates: Candidate) -> str:
 
 
 def test_a_catalog_paired_drafter_comes_first() -> None:
-    paired = candidate("/z", catalog_paired=True, kind=DrafterKind.EAGLE3, created=0)
+    paired = candidate("/z", catalog_paired=True, kind=Strategy.EAGLE3, created=0)
     other = candidate(
         "/a",
         speculator_rank=0,
         named_for_target=True,
-        kind=DrafterKind.DSPARK,
+        kind=Strategy.DSPARK,
         same_quantisation=True,
         created=9e9,
     )
@@ -247,15 +257,15 @@ def test_no_speculator_rank_comes_after_any_rank() -> None:
 
 
 def test_auto_prefers_a_drafter_named_for_the_target_over_a_same_shape_one() -> None:
-    named = candidate("/z", named_for_target=True, kind=DrafterKind.EAGLE3)
-    unnamed = candidate("/a", kind=DrafterKind.DSPARK, same_quantisation=True, created=9e9)
+    named = candidate("/z", named_for_target=True, kind=Strategy.EAGLE3)
+    unnamed = candidate("/a", kind=Strategy.DSPARK, same_quantisation=True, created=9e9)
     assert picked(unnamed, named) == "/z"
 
 
 def test_dspark_comes_before_dflash_before_eagle3() -> None:
-    eagle = candidate("/a", kind=DrafterKind.EAGLE3, same_quantisation=True, created=9e9)
-    dflash = candidate("/b", kind=DrafterKind.DFLASH, same_quantisation=True)
-    dspark = candidate("/c", kind=DrafterKind.DSPARK)
+    eagle = candidate("/a", kind=Strategy.EAGLE3, same_quantisation=True, created=9e9)
+    dflash = candidate("/b", kind=Strategy.DFLASH, same_quantisation=True)
+    dspark = candidate("/c", kind=Strategy.DSPARK)
     assert [c.path for c in rank_candidates([eagle, dflash, dspark])] == ["/c", "/b", "/a"]
 
 
@@ -279,7 +289,7 @@ def test_the_rank_key_reads_the_facts_in_the_contracts_order() -> None:
         catalog_paired=True,
         speculator_rank=3,
         named_for_target=True,
-        kind=DrafterKind.DSPARK,
+        kind=Strategy.DSPARK,
         same_quantisation=True,
         created=5.0,
     )
@@ -292,7 +302,7 @@ def test_every_key_matters_on_its_own() -> None:
         replace(base, catalog_paired=True),
         replace(base, speculator_rank=7),
         replace(base, named_for_target=True),
-        replace(base, kind=DrafterKind.DSPARK),
+        replace(base, kind=Strategy.DSPARK),
         replace(base, same_quantisation=True),
         replace(base, created=1.0),
         replace(base, path="/earlier"),
@@ -302,4 +312,4 @@ def test_every_key_matters_on_its_own() -> None:
 
 
 def test_a_candidate_writes_its_directive() -> None:
-    assert candidate("/m/d.base", kind=DrafterKind.DSPARK).directive == "dspark:/m/d.base"
+    assert candidate("/m/d.base", kind=Strategy.DSPARK).directive == "dspark:/m/d.base"

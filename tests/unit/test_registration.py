@@ -11,6 +11,7 @@ from superfluid.application.registration import (
 )
 from superfluid.domain.directive import parse_directive
 from superfluid.domain.errors import DirectiveError
+from superfluid.domain.strategies import Pick, Strategy
 from tests.fakes import FakeRuntime
 
 SWA = "sliding-window state cuts only at its head"
@@ -89,7 +90,11 @@ class Engine:
 
 
 def resolution(picks_paths, has_head=False, skipped=()):
-    candidates = tuple(type("C", (), {"directive": p})() for p in picks_paths)
+    def pick(text):
+        kind, _, path = text.partition(":")
+        return Pick(Strategy.named(kind), path or None)
+
+    candidates = tuple(type("C", (), {"pick": pick(p)})() for p in picks_paths)
     return AutoResolution("/m/t.base", has_head, candidates, tuple(skipped), ("/m", "/m/drafters"))
 
 

@@ -1,6 +1,6 @@
 """A model's own sampling defaults: read from its file, applied to requests that set nothing.
 
-Precedence (SPECULATION.md §8): the request's value, then `--temperature`, then the model's
+Precedence (docs/contract.md §8): the request's value, then `--temperature`, then the model's
 default; `--spec-max-temperature` caps only the model's default temperature.
 """
 

@@ -6,7 +6,7 @@ headers. What the bytes mean is the domain's rule (`domain.bundle_header`); this
 the file's own problems (missing, unreadable, a directory, a GGUF) and names the file in every
 message, so each refusal is one line that says which file and what is wrong.
 
-`write_bundle` is the inverse, for fixtures and tests: the layout of SPECULATION.md §10 with the
+`write_bundle` is the inverse, for fixtures and tests: the layout of docs/contract.md §10 with the
 weights blob at the next 64 KiB boundary.
 """
 

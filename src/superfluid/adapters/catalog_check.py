@@ -1,4 +1,4 @@
-"""Whether a drafter file is the bytes the hub catalog lists for it (SPECULATION.md §5).
+"""Whether a drafter file is the bytes the hub catalog lists for it (docs/contract.md §5).
 
 The rules are the domain's (`domain.catalog`); this adapter supplies the file's size and digest,
 in the order that keeps a start fast: a file the catalog does not pin is never read, the size is
@@ -9,10 +9,12 @@ not changed since it was last hashed.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from functools import cached_property
 from pathlib import Path
+from typing import TextIO
 
-from superfluid.adapters.digests import DigestCache, Progress
+from superfluid.adapters.digests import DigestCache, Progress, tty_progress
 from superfluid.domain.catalog import (
     CatalogRow,
     needs_sha256,
@@ -59,3 +61,20 @@ def _unreadable(shown: str, row: CatalogRow, err: OSError) -> str:
         f"{shown} cannot be read to check it against the catalog's {row.id} "
         f"{row.variant_or_file} ({reason})"
     )
+
+
+class CatalogDigests:
+    """The `Digests` port: sizes from the filesystem, sha256 digests from the digest cache under
+    `home` (made on first use), with progress on `progress_to` when that is a terminal."""
+
+    def __init__(self, home: Path, *, progress_to: TextIO | None = None) -> None:
+        self._home = home
+        self._progress_to = progress_to
+
+    @cached_property
+    def cache(self) -> DigestCache:
+        return DigestCache(self._home)
+
+    def catalog_problem(self, path: Path, rows: Sequence[CatalogRow]) -> str | None:
+        progress = tty_progress(self._progress_to) if self._progress_to is not None else None
+        return check_against_catalog(path, rows, self.cache, progress=progress)

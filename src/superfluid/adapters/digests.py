@@ -1,4 +1,4 @@
-"""Each file's sha256, computed once and remembered until the file changes (SPECULATION.md §5).
+"""Each file's sha256, computed once and remembered until the file changes (docs/contract.md §5).
 
 Bundles are gigabytes and the catalog check runs at every start, so a digest is kept in
 `<home>/cache/sha256/<sha256 of the file's canonical path>` together with a stamp of the file:

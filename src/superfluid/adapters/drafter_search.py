@@ -1,4 +1,4 @@
-"""Where `auto` looks for installed drafters, and which `.base` files lie there (SPECULATION.md §3).
+"""Where `auto` looks for installed drafters, and which `.base` files lie there (docs/contract.md §3).
 
 Searched, in this order: the target's directory, `drafters/` beside it and `drafters/` one level
 up, each without descending; then the baseRT models cache, descending three directory levels so
@@ -15,6 +15,8 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from superfluid.application.ports import DrafterSearch
 
 BUNDLE_SUFFIX = ".base"
 DRAFTERS_DIR = "drafters"
@@ -133,3 +135,17 @@ def _is_directory(entry: os.DirEntry[str]) -> bool:
 
 def _canonical(path: Path) -> str:
     return os.path.realpath(path)
+
+
+class InstalledDrafters:
+    """The `DrafterSources` port: the places of docs/contract.md §3, searched on the filesystem."""
+
+    def __init__(self, env: Mapping[str, str], *, platform: str = sys.platform) -> None:
+        self._env = env
+        self._platform = platform
+
+    def search(self, target: Path) -> DrafterSearch:
+        roots = search_locations(target, self._env, platform=self._platform)
+        return DrafterSearch(
+            tuple(find_bundles(target, roots)), tuple(str(root.path) for root in roots)
+        )

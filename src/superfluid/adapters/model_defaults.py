@@ -19,6 +19,7 @@ from typing import Any
 
 from superfluid.adapters.bundle_files import read_header
 from superfluid.adapters.llamacpp.sampling_defaults import gguf_sampling_defaults
+from superfluid.application.ports import ModelFile, Runtime
 from superfluid.domain.errors import SuperfluidError
 from superfluid.domain.sampling_defaults import SamplingDefaults, from_generation_config
 
@@ -60,6 +61,10 @@ def _bundle_generation_config(path: Path) -> Found:
         raw = read_header(path).raw
     except SuperfluidError as error:
         return None, [error.message]
+    return _header_generation_config(raw)
+
+
+def _header_generation_config(raw: Mapping[str, Any]) -> Found:
     config: Any = raw.get("generation_config")
     source = "the .base header's generation_config"
     if config is None and isinstance(raw.get("metadata"), Mapping):
@@ -70,3 +75,12 @@ def _bundle_generation_config(path: Path) -> Found:
     if not isinstance(config, Mapping):
         return None, [f"{source} is not an object"]
     return from_generation_config(config, source)
+
+
+class ModelFileSamplingDefaults:
+    """The `SamplingDefaultsSource` port: each kind of model file's own sampling defaults."""
+
+    def read(self, file: ModelFile, runtime: Runtime) -> Found:
+        if file.header is not None:  # a `.base` bundle: its header was read once, at startup
+            return _header_generation_config(file.header.raw)
+        return model_sampling_defaults(file.runtime, file.path, runtime)

@@ -1,17 +1,17 @@
-"""Which runtime a model file belongs to: the file decides (SPECULATION.md §1)."""
+"""Which runtime a model file belongs to: the file decides (docs/contract.md §1)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from superfluid.domain.errors import SuperfluidError
+from superfluid.adapters.bundle_files import read_header
+from superfluid.application.ports import ModelFile
+from superfluid.domain.bundle_header import BundleHeader
+from superfluid.domain.errors import ModelFileError as ModelFileError
 
 GGUF_MAGIC = b"GGUF"
 BASE_MAGIC = b"BASE"
-
-
-class ModelFileError(SuperfluidError):
-    """A model path that no runtime can serve (exit 2)."""
 
 
 def runtime_for(path: Path) -> str:
@@ -41,3 +41,19 @@ def runtime_for(path: Path) -> str:
         f"{path}: not a model superfluid can serve (expected a .gguf file, a .base bundle"
         " or an MLX model directory)"
     )
+
+
+class LocalModelFiles:
+    """The `ModelFiles` port on the local filesystem: the file decides its runtime, and a
+    `.base` bundle's header is read here, once, for everything startup asks of it."""
+
+    def open(self, path: Path) -> ModelFile:
+        runtime = runtime_for(path)
+        header = read_header(path) if runtime == "basert" else None
+        return ModelFile(path, runtime, header)
+
+    def read_header(self, path: Path) -> BundleHeader:
+        return read_header(path)
+
+    def is_file(self, path: str) -> bool:
+        return os.path.isfile(path)

@@ -1,4 +1,4 @@
-"""What a `--speculate` directive resolves to for a `.base` target (SPECULATION.md §2, §3, §5).
+"""What a `--speculate` directive resolves to for a `.base` target (docs/contract.md §2, §3, §5).
 
 `rank_auto` gathers the facts the domain's ranking needs — each found file's header, whether the
 catalog vouches for its bytes, pairing, naming, quantisation — and returns the ranked candidates
@@ -24,7 +24,6 @@ from superfluid.domain.catalog import CatalogRow, catalog_id_of, is_paired
 from superfluid.domain.directive import Directive, Mode, resolve_bundle_path
 from superfluid.domain.drafters import (
     Candidate,
-    DrafterKind,
     auto_eligible,
     fit_problem,
     is_named_for_any,
@@ -34,6 +33,7 @@ from superfluid.domain.drafters import (
 )
 from superfluid.domain.errors import DirectiveError, HeaderError
 from superfluid.domain.naming import bundle_names
+from superfluid.domain.strategies import Pick, Strategy
 
 ReadHeader = Callable[[Path], BundleHeader]
 CheckCatalog = Callable[[Path], str | None]
@@ -55,9 +55,14 @@ class AutoResolution:
     skipped: tuple[Skipped, ...]
     searched: tuple[str, ...] = field(default=())
 
-    def picks(self) -> list[str]:
-        """The directives `auto` tries, in order."""
-        return (["mtp-head"] if self.has_head else []) + [c.directive for c in self.candidates]
+    def picks(self) -> list[Pick]:
+        """What `auto` tries, in order."""
+        head = [Pick(Strategy.MTP_HEAD)] if self.has_head else []
+        return head + [c.pick for c in self.candidates]
+
+    def pick_names(self) -> list[str]:
+        """The picks as the log writes them (`mtp-head`, `dflash:/abs/path.base`)."""
+        return [str(pick) for pick in self.picks()]
 
 
 def rank_auto(
@@ -138,26 +143,26 @@ def check_explicit(
             resolve_bundle_path(directive, None)  # raises the contract's "not a .base bundle"
         raise DirectiveError(f"--speculate {directive.raw}: {error.message}") from error
     resolved = resolve_bundle_path(directive, header)
-    named = DrafterKind(resolved.kind) if resolved.kind else kind_of(header)
+    named = Strategy.named(resolved.kind) if resolved.kind else kind_of(header)
     actual = kind_of(header)
     if named is not actual and not _compatible(named, actual):
         raise DirectiveError(
             f"--speculate {directive.raw}: {path} is {_a(actual)} drafter, not {_a(named)} one"
-            f"{' (dspark needs a Markov head)' if named is DrafterKind.DSPARK else ''}"
+            f"{' (dspark needs a Markov head)' if named is Strategy.DSPARK else ''}"
         )
-    if named is not DrafterKind.DRAFT_MODEL:
+    if named is not Strategy.DRAFT_MODEL:
         problem = fit_problem(target_header, header)
         if problem is not None:
             raise DirectiveError(f"--speculate {directive.raw}: {path} does not fit: {problem}")
     return resolved
 
 
-def _compatible(named: DrafterKind, actual: DrafterKind) -> bool:
+def _compatible(named: Strategy, actual: Strategy) -> bool:
     # Any bundle may be run as a plain draft model: it only needs the target's tokenizer,
     # which the engine checks when it loads it.
-    return named is DrafterKind.DRAFT_MODEL
+    return named is Strategy.DRAFT_MODEL
 
 
-def _a(kind: DrafterKind) -> str:
+def _a(kind: Strategy) -> str:
     article = "an" if kind.value[0] in "ae" else "a"
     return f"{article} {kind.value}"

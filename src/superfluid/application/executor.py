@@ -446,33 +446,49 @@ class Executor:
     def _commit(
         self, plan: _Plan, rows: Logits, decoding: int, events: list[Committed]
     ) -> tuple[int, int]:
-        """Commit one lane's rows; returns (tokens committed, draft tokens accepted)."""
+        """Commit one lane's rows; returns (tokens committed, draft tokens accepted).
+
+        Two steps: verify the round (which tokens the rows commit), then apply it to the lane
+        (statistics and gates, the KV cut, history, logprobs, events and the finish).
+        """
         lane = plan.lane
         if lane.finish is not None:
             return 0, 0
-        request = lane.request
         if plan.prefill:
             lane.prefilled += len(plan.feed.tokens)
-            if lane.prefilled < len(request.prompt):
+            if lane.prefilled < len(lane.request.prompt):
                 return 0, 0  # more prompt to feed next tick
-        stops = self._caps.eos_tokens | request.stop_tokens
+        stops = self._caps.eos_tokens | lane.request.stop_tokens
+        result = self._verify(plan, rows, stops, events)
+        if result is None:
+            return 0, 0
+        if plan.draft and not self._settle_draft(plan, result, decoding, events):
+            return 0, 0
+        return self._apply(plan, result, rows, stops, events), result.accepted
+
+    def _verify(
+        self, plan: _Plan, rows: Logits, stops: frozenset[int], events: list[Committed]
+    ) -> RoundResult | None:
+        """The tokens this round commits, by the plain sampler's rules; None if the lane ended."""
+        lane = plan.lane
+        request = lane.request
         budget = min(
             request.max_tokens - lane.generated, self._caps.context_size - len(lane.history)
         )
         if budget <= 0:
             self._finish(lane, Finish.LENGTH, events)
-            return 0, 0
+            return None
         if request.constraint is not None:
             token = sample_allowed(
                 rows[-1], request.params, lane.history, lane.generated, request.constraint.allowed
             )
             if token is None:
                 self._finish(lane, Finish.ERROR, events, error="the grammar allows no token here")
-                return 0, 0
+                return None
             request.constraint.commit(token)
-            result = RoundResult(0, (token,), token in stops or budget <= 1, 0)
-        elif plan.q is not None:
-            result = verify_by_rejection(
+            return RoundResult(0, (token,), token in stops or budget <= 1, 0)
+        if plan.q is not None:
+            return verify_by_rejection(
                 rows,
                 plan.q,
                 plan.draft,
@@ -482,26 +498,47 @@ class Executor:
                 stops,
                 budget,
             )
-        else:
-            result = verify_by_matching(
-                rows, plan.draft, request.params, lane.history, lane.generated, stops, budget
+        return verify_by_matching(
+            rows, plan.draft, request.params, lane.history, lane.generated, stops, budget
+        )
+
+    def _settle_draft(
+        self, plan: _Plan, result: RoundResult, decoding: int, events: list[Committed]
+    ) -> bool:
+        """Count a verified draft, tell the ramp and the gates, cut rejected cells off the KV.
+
+        False when the cut failed: the lane has ended, and nothing of the round is committed.
+        """
+        lane = plan.lane
+        drafted = len(plan.draft)
+        lane.proposed += drafted
+        lane.accepted += result.accepted
+        lane.ramp.record(drafted, result.accepted)
+        if self._policy is not None:
+            self._policy.record_round(
+                lane.request.id, decoding, drafted=drafted, accepted=result.accepted
             )
-        if plan.draft:
-            lane.proposed += len(plan.draft)
-            lane.accepted += result.accepted
-            lane.ramp.record(len(plan.draft), result.accepted)
-            if self._policy is not None:
-                self._policy.record_round(
-                    request.id, decoding, drafted=len(plan.draft), accepted=result.accepted
+        if result.keep_length < plan.feed.start + len(plan.feed.tokens):
+            try:
+                self._runtime.cut(lane.seq, result.keep_length)
+            except Exception as error:  # never decode on from a KV that did not cut
+                self._finish(
+                    lane, Finish.ERROR, events, error=f"cutting the KV back failed: {error}"
                 )
-            if result.keep_length < plan.feed.start + len(plan.feed.tokens):
-                try:
-                    self._runtime.cut(lane.seq, result.keep_length)
-                except Exception as error:  # never decode on from a KV that did not cut
-                    self._finish(
-                        lane, Finish.ERROR, events, error=f"cutting the KV back failed: {error}"
-                    )
-                    return 0, 0
+                return False
+        return True
+
+    def _apply(
+        self,
+        plan: _Plan,
+        result: RoundResult,
+        rows: Logits,
+        stops: frozenset[int],
+        events: list[Committed],
+    ) -> int:
+        """Append a verified round to the lane and report it; returns the tokens committed."""
+        lane = plan.lane
+        request = lane.request
         tokens = result.tokens
         lane.history.extend(tokens)
         lane.generated += len(tokens)
@@ -522,7 +559,7 @@ class Executor:
                 self._finish(
                     lane, Finish.ERROR, events, error=f"computing logprobs failed: {error}"
                 )
-                return len(tokens), result.accepted
+                return len(tokens)
             lane.out_logprobs.extend(entries)
         lane.out.extend(emitted)
         if stopped or (request.constraint is not None and request.constraint.complete):
@@ -537,4 +574,4 @@ class Executor:
             )
             lane.out = []
             lane.out_logprobs = []
-        return len(tokens), result.accepted
+        return len(tokens)

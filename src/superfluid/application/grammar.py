@@ -8,20 +8,8 @@ a UTF-8 character inside a string is still judged correctly.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from superfluid.domain.json_grammar import JsonObjectPrefix
-
-
-class TokenConstraint(Protocol):
-    def allowed(self, token: int) -> bool: ...
-
-    def commit(self, token: int) -> None: ...
-
-    @property
-    def complete(self) -> bool:
-        """Nothing more may be generated: the lane ends (finish reason "stop")."""
-        ...
 
 
 class TokenPieces:

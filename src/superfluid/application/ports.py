@@ -1,4 +1,13 @@
-"""Ports: what the application needs from the outside world, as Protocols.
+"""Ports: what the application needs from the outside world, as Protocols, all in one place.
+
+- `Runtime` (with `Capabilities`, `Feed`): a loaded model; `RuntimeLoader` loads one.
+- `Drafter` / `DraftState` / `SampledDraftState`: where draft tokens come from, per lane.
+- `DrafterEngine`: a runtime that builds drafters for its own model.
+- `TokenConstraint`: a grammar a lane's every token must satisfy.
+- Startup (`serving.py`): `ModelFiles` (a model file's runtime and header, read once),
+  `DrafterSources` (where installed drafters lie), `CatalogSource` (the hub catalog's rows),
+  `Digests` (whether a file is the catalog's bytes), `SamplingDefaultsSource` (a model's own
+  sampling defaults).
 
 A runtime is a loaded model. It knows its own capabilities, tokenises, and runs **one packed
 step**: tokens for several sequences at once, returning logits rows. Everything about drafting,
@@ -9,17 +18,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+
+from superfluid.domain.bundle_header import BundleHeader
+from superfluid.domain.catalog import CatalogRow
+from superfluid.domain.sampling import SamplingParams
+from superfluid.domain.sampling_defaults import SamplingDefaults
 
 Logits = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a loaded model can do for speculation (SPECULATION.md §1).
+    """What a loaded model can do for speculation (docs/contract.md §1).
 
     `cut_refusal` is None when a sequence's KV can be cut back to any length; otherwise it is
     the runtime's own reason, phrased to follow "this model's …" (for example "sliding-window
@@ -99,7 +114,124 @@ class Runtime(Protocol):
         ...
 
 
-class Clock(Protocol):
-    def __call__(self) -> float:
-        """Monotonic seconds."""
+class RuntimeLoader(Protocol):
+    def __call__(self, path: Path, *, ctx_size: int, max_lanes: int) -> Runtime: ...
+
+
+class DraftState(Protocol):
+    def propose(self, k: int) -> list[int]:
+        """Up to k tokens to verify (greedy/deterministic)."""
+        ...
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        """The tokens the round committed (accepted draft tokens and the one after them)."""
+        ...
+
+
+@runtime_checkable
+class SampledDraftState(DraftState, Protocol):
+    def propose_sampled(
+        self, k: int, params: SamplingParams, pos: int
+    ) -> tuple[list[int], npt.NDArray[np.float64]]:
+        """Up to k tokens drawn from the drafter's own distributions, and those distributions
+        (one row per token, over the target's vocabulary). Draw token i with the counter RNG at
+        `uniform(params.seed, pos + i, STREAM_DRAFT)` so the draft is independent of the
+        verifier's coins."""
+        ...
+
+
+class Drafter(Protocol):
+    @property
+    def strategy(self) -> str: ...
+
+    def open(self, prompt: Sequence[int], *, seq: int) -> DraftState: ...
+
+
+@runtime_checkable
+class DrafterEngine(Protocol):
+    """A runtime that builds drafters for its own model (the basert runtime)."""
+
+    def drafter(self, strategy: str, path: Path | None) -> Drafter:
+        """A drafter for `strategy` (and its file); raises EngineRefusal with the reason."""
+        ...
+
+
+class TokenConstraint(Protocol):
+    def allowed(self, token: int) -> bool: ...
+
+    def commit(self, token: int) -> None: ...
+
+    @property
+    def complete(self) -> bool:
+        """Nothing more may be generated: the lane ends (finish reason "stop")."""
+        ...
+
+
+@runtime_checkable
+class ReportsDepth(Protocol):
+    """A drafter that knows its own default depth (a block drafter's block width, an MTP head's
+    engine choice); other drafters take their strategy's default (docs/contract.md §4)."""
+
+    def default_depth(self) -> int | None: ...
+
+
+# -- startup ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFile:
+    """A model file as startup sees it, read once: the runtime it belongs to and, for a `.base`
+    bundle whose header reads, that header (None for every other file)."""
+
+    path: Path
+    runtime: str
+    header: BundleHeader | None = None
+
+
+class ModelFiles(Protocol):
+    def open(self, path: Path) -> ModelFile:
+        """The file's runtime and header; a SuperfluidError when no runtime can serve it."""
+        ...
+
+    def read_header(self, path: Path) -> BundleHeader:
+        """A drafter bundle's header; HeaderError when it does not read as `.base`."""
+        ...
+
+    def is_file(self, path: str) -> bool:
+        """Whether `path` names an existing regular file (a bare-path directive)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterSearch:
+    """The `.base` files found for a target, and the directories searched, in order."""
+
+    bundles: tuple[Path, ...]
+    searched: tuple[str, ...]
+
+
+class DrafterSources(Protocol):
+    def search(self, target: Path) -> DrafterSearch:
+        """Where `auto` looks for installed drafters of `target` (docs/contract.md §3)."""
+        ...
+
+
+class CatalogSource(Protocol):
+    def load(self) -> tuple[CatalogRow, ...]:
+        """The hub catalog's rows (fetched, cached or offline); never raises for a bad fetch."""
+        ...
+
+
+class Digests(Protocol):
+    def catalog_problem(self, path: Path, rows: Sequence[CatalogRow]) -> str | None:
+        """Why `path` is not the catalog's file it claims to be, or None (docs/contract.md §5)."""
+        ...
+
+
+SamplingFound = tuple[SamplingDefaults | None, list[str]]
+
+
+class SamplingDefaultsSource(Protocol):
+    def read(self, file: ModelFile, runtime: Runtime) -> SamplingFound:
+        """The defaults the model sets (None: it sets none), and notes on what was not read."""
         ...

@@ -1,4 +1,4 @@
-"""Registering a speculation strategy for one loaded model (SPECULATION.md §1–§3).
+"""Registering a speculation strategy for one loaded model (docs/contract.md §1–§3).
 
 A parsed directive meets the runtime's capability record here. Only `auto` falls back: an
 explicit directive that this runtime cannot honour is a startup error (DirectiveError, exit 2),
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from superfluid.application.drafter_resolution import AutoResolution
-from superfluid.application.drafting import Drafter, PromptLookupDrafter
-from superfluid.application.ports import Capabilities
+from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.ports import Capabilities, Drafter, DrafterEngine
 from superfluid.domain import announcements as say
 from superfluid.domain.directive import Directive, Mode
 from superfluid.domain.errors import DirectiveError, SuperfluidError
+from superfluid.domain.strategies import Pick
 
 PROMPT_LOOKUP = "prompt-lookup"
 
@@ -65,19 +65,10 @@ class EngineRefusal(SuperfluidError):
     """The runtime will not run this drafter (its reason is the message)."""
 
 
-@runtime_checkable
-class DrafterEngine(Protocol):
-    """A runtime that builds drafters for its own model (the basert runtime)."""
-
-    def drafter(self, strategy: str, path: Path | None) -> Drafter:
-        """A drafter for `strategy` (and its file); raises EngineRefusal with the reason."""
-        ...
-
-
-def split_pick(pick: str) -> tuple[str, Path | None]:
-    """`dflash:/p.base` → ("dflash", Path("/p.base")); `mtp-head` → ("mtp-head", None)."""
-    strategy, sep, path = pick.partition(":")
-    return strategy, (Path(path) if sep else None)
+def _build(engine: DrafterEngine, pick: Pick) -> tuple[str, Drafter, Path | None]:
+    """The engine's drafter for `pick`; EngineRefusal says why not."""
+    path = Path(pick.path) if pick.path is not None else None
+    return pick.strategy.value, engine.drafter(pick.strategy.value, path), path
 
 
 def register_explicit(
@@ -91,13 +82,14 @@ def register_explicit(
         return Registration(
             PROMPT_LOOKUP, PromptLookupDrafter(), (say.registered(PROMPT_LOOKUP, label),)
         )
-    resolved = directive.describe()
-    strategy, path = split_pick(resolved)
+    pick = directive.pick
+    if pick is None:  # auto, or a bare path not yet resolved: a caller's mistake
+        raise ValueError(f"{directive.raw} is not a resolved directive")
     try:
-        drafter = engine.drafter(strategy, path)
+        strategy, drafter, path = _build(engine, pick)
     except EngineRefusal as error:
         raise DirectiveError(f"--speculate {directive.raw}: {error.message}") from error
-    return Registration(strategy, drafter, (say.registered(resolved, label),), path)
+    return Registration(strategy, drafter, (say.registered(str(pick), label),), path)
 
 
 def register_auto(
@@ -111,13 +103,12 @@ def register_auto(
         log.append(say.auto_found_nothing(model, resolution.searched))
         return Registration(None, None, tuple(log))
     for i, pick in enumerate(picks):
-        strategy, path = split_pick(pick)
         try:
-            drafter = engine.drafter(strategy, path)
+            strategy, drafter, path = _build(engine, pick)
         except EngineRefusal as error:
-            following = picks[i + 1] if i + 1 < len(picks) else None
-            log.append(say.auto_refused(pick, error.message, following))
+            following = str(picks[i + 1]) if i + 1 < len(picks) else None
+            log.append(say.auto_refused(str(pick), error.message, following))
             continue
-        log.append(say.registered(pick, label))
+        log.append(say.registered(str(pick), label))
         return Registration(strategy, drafter, tuple(log), path)
     return Registration(None, None, tuple(log))

@@ -7,7 +7,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from superfluid.application.grammar import TokenConstraint
+from superfluid.application.ports import TokenConstraint
 from superfluid.domain.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
 from superfluid.domain.sampling import SamplingParams
 
@@ -34,7 +34,7 @@ class GenerationRequest:
     #: A grammar lane's constraint (JSON mode); such lanes never speculate.
     constraint: TokenConstraint | None = None
     #: None: no log-probabilities; n: each committed token's, with the n most likely (0..20).
-    #: Such lanes never speculate either (SPECULATION.md §8).
+    #: Such lanes never speculate either (docs/contract.md §8).
     logprobs: int | None = None
     id: int = field(default_factory=lambda: next(_ids))
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)

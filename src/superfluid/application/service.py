@@ -22,7 +22,7 @@ from typing import Protocol
 from superfluid.application.admission import Admission
 from superfluid.application.executor import Executor, TickReport
 from superfluid.application.grammar import TokenPieces
-from superfluid.application.ports import Runtime
+from superfluid.application.ports import Capabilities, Runtime
 from superfluid.application.registration import Registration
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
 from superfluid.domain.gates.policy import SpecPolicy
@@ -47,6 +47,10 @@ class ModelHost:
 
     `name` is the id clients see (the served name, else the file name); `aliases` are other
     names a request may use for it (the file name, when a served name replaced it).
+
+    Callers (the HTTP layer) ask the model itself for what they need of its runtime
+    (`capabilities`, `tokenize`, `chat_prompt`, `detokenize`, `token_pieces`), never the runtime;
+    the worker that drives the executor belongs to the `GenerationService`.
     """
 
     name: str
@@ -57,13 +61,7 @@ class ModelHost:
     sampling: SamplingDefaults = BUILT_IN_SAMPLING
     aliases: tuple[str, ...] = ()
     admission: Admission | None = None
-    _inbox: queue.SimpleQueue[tuple[GenerationRequest, Sink]] = field(
-        default_factory=queue.SimpleQueue
-    )
-    _wake: threading.Event = field(default_factory=threading.Event)
-    _sinks: dict[int, tuple[Sink, int]] = field(default_factory=dict)
-    _pieces: TokenPieces | None = None
-    _abandonment_logged: bool = False
+    _pieces: TokenPieces | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.admission is None:
@@ -78,11 +76,39 @@ class ModelHost:
         assert self.admission is not None
         return self.admission
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.runtime.capabilities
+
+    def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        return self.runtime.tokenize(text, add_special=add_special)
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        return self.runtime.detokenize(tokens)
+
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
+        """The model's chat template applied, ending with the assistant turn's opening."""
+        return self.runtime.chat_prompt(messages)
+
     def token_pieces(self) -> TokenPieces:
         """Each token's bytes for grammar lanes, cached for the model's lifetime."""
         if self._pieces is None:
             self._pieces = TokenPieces(self.runtime.detokenize)
         return self._pieces
+
+
+@dataclass(eq=False)
+class _Worker:
+    """A served model's mailbox: what was submitted, the sinks of its requests, its wake-up."""
+
+    host: ModelHost
+    inbox: queue.SimpleQueue[tuple[GenerationRequest, Sink]] = field(
+        default_factory=queue.SimpleQueue
+    )
+    wake: threading.Event = field(default_factory=threading.Event)
+    #: request id -> (its sink, tokens delivered so far)
+    sinks: dict[int, tuple[Sink, int]] = field(default_factory=dict)
+    abandonment_logged: bool = False
 
 
 class UnknownModel(LookupError):
@@ -107,6 +133,7 @@ class GenerationService:
             raise ValueError("a service serves at least one model")
         self._hosts = {host.name: host for host in hosts}
         self._order = list(hosts)
+        self._workers = {host: _Worker(host) for host in hosts}
         self._observer = observer
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -127,15 +154,18 @@ class GenerationService:
     def start(self) -> None:
         for host in self._order:
             thread = threading.Thread(
-                target=self._work, args=(host,), name=f"superfluid-{host.name}", daemon=True
+                target=self._work,
+                args=(self._workers[host],),
+                name=f"superfluid-{host.name}",
+                daemon=True,
             )
             thread.start()
             self._threads.append(thread)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping.set()
-        for host in self._order:
-            host._wake.set()
+        for worker in self._workers.values():
+            worker.wake.set()
         for thread in self._threads:
             thread.join(timeout)
 
@@ -143,77 +173,80 @@ class GenerationService:
         """Hand `request` to `host`'s worker; Overloaded when the model has no place for it."""
         if not host.places.enter():
             raise Overloaded(host)
-        host._inbox.put((request, sink))
-        host._wake.set()
+        worker = self._workers[host]
+        worker.inbox.put((request, sink))
+        worker.wake.set()
 
     def active_lanes(self, host: ModelHost) -> int:
         return host.executor.active_lanes
 
     # -- the worker ----------------------------------------------------------------------------
 
-    def _work(self, host: ModelHost) -> None:
+    def _work(self, worker: _Worker) -> None:
+        host = worker.host
         executor = host.executor
         while not self._stopping.is_set():
-            self._take_submissions(host)
+            self._take_submissions(worker)
             if executor.idle:
-                host._wake.wait(timeout=0.5)
-                host._wake.clear()
+                worker.wake.wait(timeout=0.5)
+                worker.wake.clear()
                 continue
             try:
                 events = executor.tick()
             except Exception:  # a bug must not kill the worker silently: fail loudly, keep serving
                 log.exception("the executor of %s failed a tick", host.name)
-                self._fail_all(host, "internal error in the executor")
+                self._fail_all(worker, "internal error in the executor")
                 continue
             for event in events:
-                self._deliver(host, event)
-            _log_abandonment(host)
+                self._deliver(worker, event)
+            _log_abandonment(worker)
             report = executor.last_tick
             if self._observer is not None and report is not None:
                 self._observer.tick(host.name, report, executor.active_lanes)
-        self._fail_all(host, "the server is shutting down")
+        self._fail_all(worker, "the server is shutting down")
 
-    def _take_submissions(self, host: ModelHost) -> None:
+    def _take_submissions(self, worker: _Worker) -> None:
         while True:
             try:
-                request, sink = host._inbox.get_nowait()
+                request, sink = worker.inbox.get_nowait()
             except queue.Empty:
                 return
-            host._sinks[request.id] = (sink, 0)
-            host.executor.submit(request)
+            worker.sinks[request.id] = (sink, 0)
+            worker.host.executor.submit(request)
 
-    def _deliver(self, host: ModelHost, event: Committed) -> None:
-        entry = host._sinks.get(event.request_id)
+    def _deliver(self, worker: _Worker, event: Committed) -> None:
+        entry = worker.sinks.get(event.request_id)
         if entry is None:
             return
         sink, generated = entry
         generated += len(event.tokens)
         if event.finish is None:
-            host._sinks[event.request_id] = (sink, generated)
+            worker.sinks[event.request_id] = (sink, generated)
         else:
-            del host._sinks[event.request_id]
-            host.places.leave()
+            del worker.sinks[event.request_id]
+            worker.host.places.leave()
             if self._observer is not None:
-                self._observer.finished(host.name, event, generated)
+                self._observer.finished(worker.host.name, event, generated)
         try:
             sink(event)
         except Exception:
             log.exception("a response sink failed")
 
-    def _fail_all(self, host: ModelHost, why: str) -> None:
-        for request_id in list(host._sinks):
-            self._deliver(host, Committed(request_id, (), SpecStats(), Finish.ERROR, why))
+    def _fail_all(self, worker: _Worker, why: str) -> None:
+        for request_id in list(worker.sinks):
+            self._deliver(worker, Committed(request_id, (), SpecStats(), Finish.ERROR, why))
         # No lane survives an executor failure: free every sequence and start over.
-        host.executor.abort_all()
+        worker.host.executor.abort_all()
 
 
-def _log_abandonment(host: ModelHost) -> None:
-    """Say once, when it happens, that the yield floor gave the strategy up (SPECULATION.md §7:
+def _log_abandonment(worker: _Worker) -> None:
+    """Say once, when it happens, that the yield floor gave the strategy up (docs/contract.md §7:
     visible on /metrics and in the log)."""
+    host = worker.host
     policy = host.policy
-    if policy is None or host._abandonment_logged or not policy.abandoned:
+    if policy is None or worker.abandonment_logged or not policy.abandoned:
         return
-    host._abandonment_logged = True
+    worker.abandonment_logged = True
     log.info(
         "speculation: %s abandoned: two requests in a row drafted below --spec-min-yield %g "
         "accepted tokens per round",

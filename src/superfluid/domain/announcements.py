@@ -1,4 +1,4 @@
-"""What startup says about speculation (SPECULATION.md §1–§3), one function per line.
+"""What startup says about speculation (docs/contract.md §1–§3), one function per line.
 
 The words are part of the contract: users grep their logs for them. Each function returns the
 text after the `superfluid: ` prefix, which the edge that prints it adds.

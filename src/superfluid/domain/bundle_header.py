@@ -1,6 +1,6 @@
 """A `.base` bundle's header, from its bytes to a typed value.
 
-Layout (SPECULATION.md §10): `BASE` magic, u32 LE version (only 1), u64 LE header length, that
+Layout (docs/contract.md §10): `BASE` magic, u32 LE version (only 1), u64 LE header length, that
 many bytes of UTF-8 JSON, then the weights blob at the next 64 KiB boundary.
 
 Rule: a header either reads completely or raises one `HeaderError` that says what is wrong. Keys

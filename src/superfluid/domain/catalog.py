@@ -1,6 +1,6 @@
 """The hub catalog's rules: which row a local file claims to be, and whether its bytes are that row.
 
-Catalog id of a file (SPECULATION.md §5): a pulled bundle `…/<org>/<repo>/<variant>/model.base`
+Catalog id of a file (docs/contract.md §5): a pulled bundle `…/<org>/<repo>/<variant>/model.base`
 is `<org>/<repo>` by where it lies, and its row is the one with that id and `quant == <variant>`;
 any other file is the row whose `file` equals its file name. A file the catalog lists must have
 the row's size and sha256. Size is compared first because it is free, so callers hash a file

@@ -1,4 +1,4 @@
-"""The `--speculate` grammar (SPECULATION.md §2).
+"""The `--speculate` grammar (docs/contract.md §2).
 
 A directive is parsed once per served model, in the order the contract gives: `off`/empty,
 `prompt-lookup`, `mtp-head`, `<kind>:<path>`, `auto`, an existing file, else a refusal.
@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from superfluid.domain.bundle_header import BundleHeader
-from superfluid.domain.drafters import DrafterKind, kind_of
+from superfluid.domain.drafters import kind_of
 from superfluid.domain.errors import DirectiveError
+from superfluid.domain.strategies import PREFIXES, Pick, Strategy, directive_forms
 
 #: The drafter kinds that may be named with a `<kind>:<path>` prefix.
-PREFIXED_KINDS = tuple(kind.value for kind in DrafterKind)
+PREFIXED_KINDS = PREFIXES
 
 
 class Mode(enum.StrEnum):
@@ -50,6 +51,16 @@ class Directive:
         return self.mode.value
 
     @property
+    def pick(self) -> Pick | None:
+        """The strategy this directive names, once resolved (None: off, auto, or a bare path
+        whose kind is not read yet)."""
+        if self.mode in (Mode.DRAFTER, Mode.BUNDLE_PATH):
+            return Pick(Strategy.named(self.kind), self.path) if self.kind else None
+        if self.mode is Mode.AUTO:
+            return None
+        return Pick(Strategy.named(self.mode.value))
+
+    @property
     def speculates(self) -> bool:
         return self.mode is not Mode.OFF
 
@@ -69,10 +80,7 @@ def expand_home(path: str, home: str | None) -> str:
 
 
 def unrecognised(raw: str) -> DirectiveError:
-    return DirectiveError(
-        f"--speculate {raw}: expected auto | prompt-lookup | mtp-head | a drafter .base path"
-        " | dflash/dspark/eagle3/draft-model:<path>"
-    )
+    return DirectiveError(f"--speculate {raw}: expected {directive_forms()}")
 
 
 def parse_directive(

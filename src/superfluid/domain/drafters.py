@@ -1,6 +1,6 @@
 """Which installed drafters fit a target, and in which order `auto` tries them.
 
-Fit (SPECULATION.md §3 item 3): same hidden size and vocabulary; a drafter that names how many
+Fit (docs/contract.md §3 item 3): same hidden size and vocabulary; a drafter that names how many
 target layers it was trained against names the target's layer count; every target/aux layer id
 it taps exists in the target; same backend class.
 
@@ -17,44 +17,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 from superfluid.domain.bundle_header import BundleHeader
 from superfluid.domain.naming import normalise_name
+from superfluid.domain.strategies import Pick, Strategy, strategy_by_arch
 
 
-class DrafterKind(Enum):
-    """A drafter's strategy; the value is the directive prefix (`dflash:<path>`, ...)."""
-
-    DSPARK = "dspark"
-    DFLASH = "dflash"
-    EAGLE3 = "eagle3"
-    DRAFT_MODEL = "draft-model"
-
-
-_KIND_BY_ARCH = {
-    "dspark": DrafterKind.DSPARK,
-    "dflash": DrafterKind.DFLASH,
-    "eagle3": DrafterKind.EAGLE3,
-}
-
-# Measured on Qwen3-4B q4 at one lane: DSpark, DFlash, EAGLE-3 in that order of throughput.
-_KIND_PREFERENCE = {
-    DrafterKind.DSPARK: 0,
-    DrafterKind.DFLASH: 1,
-    DrafterKind.EAGLE3: 2,
-    DrafterKind.DRAFT_MODEL: 3,
-}
-
-
-def kind_of(header: BundleHeader) -> DrafterKind:
+def kind_of(header: BundleHeader) -> Strategy:
     """The drafter kind a header's `arch` declares; any other arch is a plain draft model."""
-    return _KIND_BY_ARCH.get(header.arch, DrafterKind.DRAFT_MODEL)
+    return strategy_by_arch(header.arch)
 
 
 def auto_eligible(header: BundleHeader) -> bool:
     """Whether `auto` may pick this bundle at all (DSpark, DFlash and EAGLE-3 only)."""
-    return kind_of(header) is not DrafterKind.DRAFT_MODEL
+    return kind_of(header).by_auto
 
 
 def fit_problem(target: BundleHeader, drafter: BundleHeader) -> str | None:
@@ -130,7 +106,7 @@ class Candidate:
 
     path: str
     header: BundleHeader
-    kind: DrafterKind
+    kind: Strategy
     catalog_paired: bool
     speculator_rank: int | None
     named_for_target: bool
@@ -138,9 +114,13 @@ class Candidate:
     created: float
 
     @property
+    def pick(self) -> Pick:
+        return Pick(self.kind, self.path)
+
+    @property
     def directive(self) -> str:
         """How the resolved choice is written: `dflash:/abs/path.base`."""
-        return f"{self.kind.value}:{self.path}"
+        return str(self.pick)
 
 
 def rank_key(candidate: Candidate) -> tuple[bool, bool, int, bool, int, bool, float, str]:
@@ -151,11 +131,16 @@ def rank_key(candidate: Candidate) -> tuple[bool, bool, int, bool, int, bool, fl
         rank is None,
         rank if rank is not None else 0,
         not candidate.named_for_target,
-        _KIND_PREFERENCE[candidate.kind],
+        _preference(candidate.kind),
         not candidate.same_quantisation,
         -candidate.created,
         candidate.path,
     )
+
+
+def _preference(kind: Strategy) -> int:
+    """DSpark < DFlash < EAGLE-3 (the table's `auto_rank`); kinds auto never picks sort last."""
+    return kind.auto_rank if kind.auto_rank is not None else len(Strategy)
 
 
 def rank_candidates(candidates: Iterable[Candidate]) -> list[Candidate]:

@@ -21,12 +21,12 @@ class HeaderError(SuperfluidError):
     """A `.base` header that does not read."""
 
 
+class ModelFileError(SuperfluidError):
+    """A model path that no runtime can serve, or names that cannot tell models apart (exit 2)."""
+
+
 class SettingsError(SuperfluidError):
     """A speculation flag or environment value out of range (exit 2)."""
-
-
-class CatalogMismatch(SuperfluidError):
-    """A drafter the hub catalog lists whose bytes are not the catalog's."""
 
 
 class SamplingParamsError(SuperfluidError, ValueError):

@@ -1,6 +1,6 @@
 """Model names reduced to what they are *of*, so a drafter can be recognised as made for a target.
 
-Rule (SPECULATION.md §3 item 5): lowercase; strip `.base` / `.gguf` / `.safetensors`; repeatedly
+Rule (docs/contract.md §3 item 5): lowercase; strip `.base` / `.gguf` / `.safetensors`; repeatedly
 cut a trailing `-`/`_`/`.` part that is an artifact tag (a storage format such as `f16` or `nvfp4`,
 `tiled`, or a quantisation label `[mtp][i]q<digits>` with `_`-parts from `0 1 k s m l xs xxs xl`);
 keep letters, digits, `.` and `-` separators. What remains names the model; a name under three

@@ -1,4 +1,4 @@
-"""Prompt-lookup drafting (SPECULATION.md §4): draft what followed the tail the last time.
+"""Prompt-lookup drafting (docs/contract.md §4): draft what followed the tail the last time.
 
 For n = 3, then 2: when the history (prompt + committed output) is longer than n, find the most
 recent earlier start i with `history[i:i+n] == history[-n:]`; the draft is

@@ -7,7 +7,7 @@ file's raw values into a mapping of our field names; this module checks them and
 `SamplingDefaults`. A model that says nothing gets the built-in defaults (temperature 0.8, every
 filter off), and the server says so once at startup.
 
-Precedence per request (SPECULATION.md §8): the request's own value, then `--temperature`, then
+Precedence per request (docs/contract.md §8): the request's own value, then `--temperature`, then
 the model's default; `--spec-max-temperature` caps only that last one.
 """
 

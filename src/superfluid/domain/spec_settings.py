@@ -1,4 +1,4 @@
-"""Speculation settings: defaults, sources and validation (SPECULATION.md §4, §7, §8).
+"""Speculation settings: defaults, sources and validation (docs/contract.md §4, §7, §8).
 
 Every knob resolves as **flag > environment > built-in default**. The environment arrives as a
 mapping passed in by the caller, so this module never reads the process environment. A settings
@@ -16,13 +16,13 @@ is never touched.
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import overload
 
 from superfluid.domain.errors import SettingsError
+from superfluid.domain.strategies import Strategy as Strategy
 
 #: The deepest draft any strategy may propose (`--spec-draft-tokens` is 1..=15).
 MAX_DRAFT_TOKENS = 15
@@ -35,18 +35,6 @@ UNKNOWN_BLOCK_DEPTH = 4
 
 #: Logged (not fatal) when `--spec-max-temperature` is set but no strategy got registered.
 MAX_TEMPERATURE_IGNORED = "--spec-max-temperature ignored: no --speculate strategy is configured"
-
-
-class Strategy(enum.StrEnum):
-    """Strategy ids as the directive grammar names them (the part before any `:<path>`)."""
-
-    OFF = "off"
-    PROMPT_LOOKUP = "prompt-lookup"
-    MTP_HEAD = "mtp-head"
-    EAGLE3 = "eagle3"
-    DFLASH = "dflash"
-    DSPARK = "dspark"
-    DRAFT_MODEL = "draft-model"
 
 
 # Flag names, the keys `from_sources` reads from its `flags` mapping. Boolean flags carry a
@@ -85,10 +73,7 @@ ENV_REPROBE_MAX = "SUPERFLUID_SPEC_GATE_REPROBE_MAX"
 
 #: The per-strategy depth variable; prompt-lookup and draft-model have none.
 DEPTH_ENV_BY_STRATEGY: Mapping[Strategy, str] = {
-    Strategy.MTP_HEAD: "SUPERFLUID_MTP_DRAFTS",
-    Strategy.EAGLE3: "SUPERFLUID_EAGLE_DRAFTS",
-    Strategy.DFLASH: "SUPERFLUID_DFLASH_DRAFTS",
-    Strategy.DSPARK: "SUPERFLUID_DFLASH_DRAFTS",  # DSpark is a DFlash-family block drafter
+    s: s.depth_env for s in Strategy if s.depth_env is not None
 }
 
 _TRUE_WORDS = frozenset({"1", "true", "on", "yes"})
@@ -99,7 +84,7 @@ def strategy_of(strategy: str) -> Strategy:
     """The strategy for an id, also accepting the `<kind>:<path>` form a directive prints."""
     kind = strategy.strip().split(":", 1)[0]
     try:
-        return Strategy(kind)
+        return Strategy.named(kind)
     except ValueError:
         raise ValueError(f"unknown speculation strategy {strategy!r}") from None
 
@@ -110,20 +95,18 @@ def default_depth(strategy: str, *, block_size: int | None = None, arch: str | N
     `arch` is the target's header `arch` (it matters for `mtp-head` only); `block_size` is the
     block drafter's block width (DFlash/DSpark only), clamped into 1..=15. `off` has no depth.
     """
-    match strategy_of(strategy):
-        case Strategy.MTP_HEAD:
-            # The engine's own choice (§4): GLM-DSA's head drafts one token, others three.
-            return 1 if arch == "glm_dsa" else 3
-        case Strategy.EAGLE3:
-            return 2
-        case Strategy.DFLASH | Strategy.DSPARK:
-            if block_size is None or block_size < MIN_DRAFT_TOKENS:
-                return UNKNOWN_BLOCK_DEPTH
-            return min(block_size, MAX_DRAFT_TOKENS)
-        case Strategy.PROMPT_LOOKUP | Strategy.DRAFT_MODEL:
-            return 4
-        case Strategy.OFF:
-            raise ValueError("`off` drafts nothing, so it has no draft depth")
+    chosen = strategy_of(strategy)
+    if chosen is Strategy.OFF:
+        raise ValueError("`off` drafts nothing, so it has no draft depth")
+    if chosen.depth is not None:
+        return chosen.depth
+    if chosen is Strategy.MTP_HEAD:
+        # The engine's own choice (§4): GLM-DSA's head drafts one token, others three.
+        return 1 if arch == "glm_dsa" else 3
+    # A block drafter drafts its block width.
+    if block_size is None or block_size < MIN_DRAFT_TOKENS:
+        return UNKNOWN_BLOCK_DEPTH
+    return min(block_size, MAX_DRAFT_TOKENS)
 
 
 @overload
@@ -210,10 +193,6 @@ class SpecSettings:
         if self.max_temperature is not None:
             _check_max_temperature(self.max_temperature, format_number(self.max_temperature))
         return self
-
-    @property
-    def yield_floor_enabled(self) -> bool:
-        return self.min_yield > 0.0
 
 
 def _given(value: str | None) -> str | None:
@@ -319,8 +298,7 @@ def effective_temperature(
 
     The request's own value wins, then `--temperature`; both are the user's choice and are never
     capped. Only the fallback (`model_default`: the model's default, or the built-in one) is
-    capped, because a flat distribution rejects most drafts (the seed's 41% vs 59% MTP
-    acceptance), and only when a strategy is registered, since without one the cap buys nothing.
+    capped, because a flat distribution rejects most drafts, and only when a strategy is registered, since without one the cap buys nothing.
     """
     if request_temperature is not None:
         return request_temperature

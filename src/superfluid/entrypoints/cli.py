@@ -16,6 +16,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from superfluid.application.serving import DEFAULT_MAX_QUEUE, ServePlan
 from superfluid.domain.errors import SuperfluidError
 from superfluid.domain.spec_settings import (
     FLAG_ADAPTIVE,
@@ -27,10 +28,11 @@ from superfluid.domain.spec_settings import (
     FLAG_REPROBE_MAX,
     FLAG_THROUGHPUT_GATE,
     FLAG_YIELD_ROUNDS,
+    SpecSettings,
     from_sources,
     parse_number,
 )
-from superfluid.entrypoints.hosts import DEFAULT_MAX_QUEUE, ServePlan, superfluid_home
+from superfluid.domain.strategies import directive_help
 
 log = logging.getLogger("superfluid")
 
@@ -72,9 +74,9 @@ def _bool_flag(value: bool | None) -> str | None:
 
 
 def _demo_model(env: os._Environ[str]) -> Path:
-    from superfluid.adapters.llamacpp.demo_model import demo_model_path
+    from superfluid.entrypoints.container import demo_model
 
-    return demo_model_path(superfluid_home(env))
+    return demo_model(env)
 
 
 @app.command("demo-model")
@@ -96,10 +98,10 @@ def make_fixtures_command(
 ) -> None:
     """Write tiny .base fixtures (a target, drafters and a trained byte-level tokenizer) for
     trying every strategy on the basert reference backend."""
-    from superfluid.adapters.basert.fixtures import make_fixtures
+    from superfluid.entrypoints.container import write_fixtures
 
     try:
-        written = make_fixtures(directory.expanduser())
+        written = write_fixtures(directory.expanduser())
     except (SuperfluidError, OSError) as error:
         fail(error.message if isinstance(error, SuperfluidError) else f"{directory}: {error}")
     for role, path in sorted(written.items()):
@@ -124,19 +126,20 @@ def drafters(
     candidates with their rank keys, and every file looked at but skipped, with the reason.
     Reads headers only; never loads weights or downloads a drafter."""
     _setup_logging()
-    from superfluid.entrypoints.discovery import explain
+    from superfluid.entrypoints.container import Container
+    from superfluid.entrypoints.drafters_report import as_json as report_json
+    from superfluid.entrypoints.drafters_report import as_text as report_text
 
+    path = Path(model).expanduser()
+    env = dict(os.environ)
+    plan = ServePlan(
+        models=(path,), speculate=speculate, settings=SpecSettings(), offline=offline, env=env
+    )
     try:
-        report = explain(
-            Path(model).expanduser(),
-            speculate,
-            home=superfluid_home(os.environ),
-            env=os.environ,
-            offline=offline,
-        )
+        report = Container(plan=plan).serving().explain(path, speculate, env)
     except SuperfluidError as error:
         fail(error.message)
-    typer.echo(report.as_json() if as_json else report.as_text())
+    typer.echo(report_json(report) if as_json else report_text(report))
 
 
 @app.command()
@@ -165,7 +168,7 @@ def serve(
     speculate: Annotated[
         str | None,
         typer.Option(
-            help="off | auto | prompt-lookup | mtp-head | <kind>:<path> | <path>.",
+            help=directive_help(),
             envvar="SUPERFLUID_SPECULATE",
             rich_help_panel=SPEC,
         ),

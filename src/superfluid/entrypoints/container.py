@@ -1,30 +1,87 @@
-"""The composition root: the one place that names concrete adapters.
+"""The composition root: the one place outside `adapters/` that names concrete adapters.
 
-Tests override providers (a fake runtime loader, a fixed clock) instead of monkeypatching:
+Runtime loaders, model files, drafter sources, the hub catalog, digests, sampling defaults,
+observability (metrics, the monitor), the clock, the demo model and the fixture writer are
+wired here; everything else receives them through ports. Tests override providers (a fake
+runtime loader, a catalog source, a fixed clock) instead of monkeypatching:
 
     container = Container(plan=plan)
     container.runtime_loaders.override(providers.Dict(llamacpp=providers.Object(fake_loader)))
+    container.catalog.override(providers.Object(fake_catalog))
+
+Runtimes are imported when a model of theirs is loaded, so a machine without llama-cpp-python
+or MLX still serves the others.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import prometheus_client
 from dependency_injector import containers, providers
 
+from superfluid.adapters.catalog_check import CatalogDigests
+from superfluid.adapters.drafter_search import InstalledDrafters
+from superfluid.adapters.hub_catalog import HubCatalog
 from superfluid.adapters.metrics import PrometheusMetrics
+from superfluid.adapters.model_defaults import ModelFileSamplingDefaults
+from superfluid.adapters.model_files import LocalModelFiles
 from superfluid.adapters.monitor import TerminalMonitor
 from superfluid.adapters.observers import FanOut
+from superfluid.application.ports import Runtime
 from superfluid.application.service import GenerationService, ModelHost
-from superfluid.entrypoints.hosts import ServePlan, build_hosts, load_basert, load_llamacpp
+from superfluid.application.serving import ServePlan, Serving
 from superfluid.entrypoints.http.app import create_app
-from superfluid.entrypoints.mlx_loader import load_mlx
 
 # `*_created` series double /metrics for no reader we serve; process-wide, so set here.
-prometheus_client.disable_created_metrics()
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+def superfluid_home(env: Mapping[str, str]) -> Path:
+    """`$SUPERFLUID_HOME`, else `~/.superfluid`: caches (catalog, digests) and the demo model."""
+    return Path(env.get("SUPERFLUID_HOME") or Path.home() / ".superfluid").expanduser()
+
+
+def load_llamacpp(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:
+    from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
+
+    return LlamaCppRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes)
+
+
+def load_basert(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:
+    from superfluid.adapters.basert.runtime import BaseRTRuntime
+
+    return BaseRTRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes)
+
+
+def load_mlx(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:
+    from superfluid.adapters.mlx import MlxUnavailable
+
+    try:
+        from superfluid.adapters.mlx.runtime import MlxRuntime
+    except ImportError as exc:
+        raise MlxUnavailable(
+            f"{path}: serving an MLX model directory needs the mlx extra"
+            f" (pip install 'superfluid[mlx]'): {exc}"
+        ) from exc
+    return MlxRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes)
+
+
+def demo_model(env: Mapping[str, str]) -> Path:
+    """The demo model's path (Gemma 3 270M GGUF), assembled once under `$SUPERFLUID_HOME`."""
+    from superfluid.adapters.llamacpp.demo_model import demo_model_path
+
+    return demo_model_path(superfluid_home(env))
+
+
+def write_fixtures(directory: Path) -> dict[str, Path]:
+    """Tiny `.base` fixtures (a target, drafters, a tokenizer) for trying every strategy."""
+    from superfluid.adapters.fixtures.basert import make_fixtures
+
+    return make_fixtures(directory)
 
 
 def lane_capacity(hosts: Sequence[ModelHost]) -> dict[str, int]:
@@ -36,8 +93,13 @@ def live_view(plan: ServePlan) -> bool | None:
     return None if plan.monitor else False
 
 
+def _hosts(serving: Serving, plan: ServePlan) -> list[ModelHost]:
+    return serving.hosts(plan)
+
+
 class Container(containers.DeclarativeContainer):
     plan = providers.Dependency(instance_of=ServePlan)
+    home = providers.Callable(superfluid_home, plan.provided.env)
 
     clock = providers.Object(time.perf_counter)
     runtime_loaders = providers.Dict(
@@ -45,8 +107,26 @@ class Container(containers.DeclarativeContainer):
         mlx=providers.Object(load_mlx),
         basert=providers.Object(load_basert),
     )
+    model_files = providers.Singleton(LocalModelFiles)
+    drafter_sources = providers.Singleton(InstalledDrafters, plan.provided.env)
+    catalog = providers.Singleton(
+        HubCatalog, home, plan.provided.env, offline=plan.provided.offline
+    )
+    digests = providers.Singleton(CatalogDigests, home, progress_to=providers.Object(sys.stderr))
+    sampling_defaults = providers.Singleton(ModelFileSamplingDefaults)
 
-    hosts = providers.Singleton(build_hosts, plan=plan, loaders=runtime_loaders, clock=clock)
+    serving = providers.Singleton(
+        Serving,
+        files=model_files,
+        drafters=drafter_sources,
+        catalog=catalog,
+        digests=digests,
+        loaders=runtime_loaders,
+        sampling=sampling_defaults,
+        clock=clock,
+    )
+    hosts = providers.Singleton(_hosts, serving, plan)
+
     metrics = providers.Singleton(PrometheusMetrics, hosts=hosts)
     monitor = providers.Singleton(
         TerminalMonitor,

@@ -3,90 +3,83 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from superfluid.application.drafter_resolution import AutoResolution
+from superfluid.application.serving import Explanation
 
 
-@dataclass
-class Report:
-    model: str
-    runtime: str
-    directive: str
-    resolved: str | None  # the strategy that would register; None = plain decoding
-    note: str | None = None
-    auto: AutoResolution | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def as_json(self) -> str:
-        doc: dict[str, Any] = {
-            "model": self.model,
-            "runtime": self.runtime,
-            "directive": self.directive,
-            "resolved": self.resolved,
-            "note": self.note,
-        }
-        if self.auto is not None:
-            doc["head"] = self.auto.has_head
-            doc["candidates"] = [
-                {
-                    "directive": c.directive,
-                    "path": c.path,
-                    "kind": c.kind.value,
-                    "paired": c.catalog_paired,
-                    "rank": c.speculator_rank,
-                    "named_for_target": c.named_for_target,
-                    "same_quantisation": c.same_quantisation,
-                    "created": c.created,
-                }
-                for c in self.auto.candidates
-            ]
-            doc["skipped"] = [{"path": s.path, "reason": s.reason} for s in self.auto.skipped]
-            doc["searched"] = list(self.auto.searched)
-        return json.dumps(doc, indent=2)
-
-    def as_text(self) -> str:
-        lines = [
-            f"model      {self.model} ({self.runtime} runtime)",
-            f"directive  {self.directive}",
-            f"registers  {self.resolved or 'nothing: decoding plainly'}",
+def as_json(explanation: Explanation) -> str:
+    """The explanation as a JSON document."""
+    doc: dict[str, Any] = {
+        "model": explanation.model,
+        "runtime": explanation.runtime,
+        "directive": explanation.directive,
+        "resolved": explanation.resolved,
+        "note": explanation.note,
+    }
+    if explanation.auto is not None:
+        doc["head"] = explanation.auto.has_head
+        doc["candidates"] = [
+            {
+                "directive": c.directive,
+                "path": c.path,
+                "kind": c.kind.value,
+                "paired": c.catalog_paired,
+                "rank": c.speculator_rank,
+                "named_for_target": c.named_for_target,
+                "same_quantisation": c.same_quantisation,
+                "created": c.created,
+            }
+            for c in explanation.auto.candidates
         ]
-        if self.note:
-            lines.append(f"note       {self.note}")
-        auto = self.auto
-        if auto is None:
-            return "\n".join(lines)
-        lines.append("")
-        if auto.has_head:
-            lines.append("head       the target carries an MTP head: auto tries mtp-head first")
-        if auto.candidates:
-            lines.append("candidates, in the order auto tries them:")
-            header = ("#", "directive", "paired", "rank", "named", "kind", "same quant", "created")
-            rows = [
-                (
-                    str(i),
-                    c.directive,
-                    _yes(c.catalog_paired),
-                    "-" if c.speculator_rank is None else str(c.speculator_rank),
-                    _yes(c.named_for_target),
-                    c.kind.value,
-                    _yes(c.same_quantisation),
-                    _date(c.created),
-                )
-                for i, c in enumerate(auto.candidates, 1)
-            ]
-            lines.extend(_table(header, rows))
-        else:
-            lines.append("candidates: none")
-        if auto.skipped:
-            lines.append("")
-            lines.append("looked at and skipped:")
-            lines.extend(f"  {s.path}: {s.reason}" for s in auto.skipped)
-        lines.append("")
-        lines.append("searched   " + ", ".join(auto.searched))
+        doc["skipped"] = [{"path": s.path, "reason": s.reason} for s in explanation.auto.skipped]
+        doc["searched"] = list(explanation.auto.searched)
+    return json.dumps(doc, indent=2)
+
+
+def as_text(explanation: Explanation) -> str:
+    """The explanation as the lines `superfluid drafters` prints."""
+    lines = [
+        f"model      {explanation.model} ({explanation.runtime} runtime)",
+        f"directive  {explanation.directive}",
+        f"registers  {explanation.resolved or 'nothing: decoding plainly'}",
+    ]
+    if explanation.note:
+        lines.append(f"note       {explanation.note}")
+    auto = explanation.auto
+    if auto is None:
         return "\n".join(lines)
+    lines.append("")
+    if auto.has_head:
+        lines.append("head       the target carries an MTP head: auto tries mtp-head first")
+    if auto.candidates:
+        lines.append("candidates, in the order auto tries them:")
+        header = ("#", "directive", "paired", "rank", "named", "kind", "same quant", "created")
+        rows = [
+            (
+                str(i),
+                c.directive,
+                _yes(c.catalog_paired),
+                "-" if c.speculator_rank is None else str(c.speculator_rank),
+                _yes(c.named_for_target),
+                c.kind.value,
+                _yes(c.same_quantisation),
+                _date(c.created),
+            )
+            for i, c in enumerate(auto.candidates, 1)
+        ]
+        lines.extend(_table(header, rows))
+    else:
+        lines.append("candidates: none")
+    if auto.skipped:
+        lines.append("")
+        lines.append("looked at and skipped:")
+        lines.extend(f"  {s.path}: {s.reason}" for s in auto.skipped)
+    lines.append("")
+    lines.append("searched   " + ", ".join(auto.searched))
+    return "\n".join(lines)
 
 
 def _yes(flag: bool) -> str:
@@ -97,7 +90,7 @@ def _date(created: float) -> str:
     return "-" if created <= 0 else datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%d")
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
     return [
         "  "

@@ -27,23 +27,22 @@ from pathlib import Path
 
 import numpy as np
 
-from superfluid.adapters.basert.block_drafters import load_block_drafter
 from superfluid.adapters.basert.bundle import Bundle, BundleError
-from superfluid.adapters.basert.draft_model import DraftModelDrafter
-from superfluid.adapters.basert.heads import load_eagle3, load_mtp_head
+from superfluid.adapters.basert.drafters import FILE_DRAFTERS, HEAD_DRAFTERS, load_drafter
 from superfluid.adapters.basert.hidden_store import F32, HiddenStore
 from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
-from superfluid.application.drafting import Drafter, PromptLookupDrafter
-from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
+from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.ports import Capabilities, Drafter, Feed, Logits, RuntimeFault
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.bundle_header import BundleHeader
 
 MAX_VERIFY_ROWS = 16
 #: What the reference backend registers on a dense bundle; `mtp-head` only when it carries one.
-STRATEGIES = ("prompt-lookup", "draft-model", "eagle3", "dflash", "dspark")
-MTP_HEAD = "mtp-head"
+STRATEGIES = ("prompt-lookup", *FILE_DRAFTERS)
+#: What it registers besides on a bundle that carries a head.
+HEAD_STRATEGIES = tuple(HEAD_DRAFTERS)
 
 log = logging.getLogger("superfluid")
 
@@ -72,7 +71,7 @@ class BaseRTRuntime:
         self._taps: tuple[int, ...] = ()
         self._stores: dict[int, HiddenStore] = {}
         refusal = cut_refusal(header)
-        strategies = (*STRATEGIES, MTP_HEAD) if header.has_mtp_head else STRATEGIES
+        strategies = (*STRATEGIES, *HEAD_STRATEGIES) if header.has_mtp_head else STRATEGIES
         self._capabilities = Capabilities(
             runtime="basert",
             verify_rows=True,
@@ -257,17 +256,7 @@ class BaseRTRuntime:
             )
         if strategy == "prompt-lookup":
             return PromptLookupDrafter()
-        if strategy == MTP_HEAD:
-            return load_mtp_head(self)
-        if path is None:
-            raise EngineRefusal(f"a {strategy} drafter is named by its bundle: {strategy}:<path>")
-        if strategy == "draft-model":
-            return DraftModelDrafter.load(path, target=self)
-        if strategy == "eagle3":
-            return load_eagle3(path, target=self)
-        if strategy in ("dflash", "dspark"):
-            return load_block_drafter(strategy, path, target=self)
-        raise EngineRefusal(f"the basert reference backend runs no {strategy} drafters")
+        return load_drafter(strategy, path, self)
 
     def _cache(self, seq: int) -> KVCache:
         cache = self._caches.get(seq)

@@ -1,4 +1,4 @@
-"""The speculation gates of SPECULATION.md §7, one small state machine each.
+"""The speculation gates of docs/contract.md §7, one small state machine each.
 
 - `depth`: adaptive draft depth per lane count (model-based argmax of goodput);
 - `yield_floor`: per-request yield verdicts and the per-model abandonment they can cause;

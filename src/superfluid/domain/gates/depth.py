@@ -1,4 +1,4 @@
-"""Adaptive draft depth for one lane count (SPECULATION.md §7, "Adaptive depth").
+"""Adaptive draft depth for one lane count (docs/contract.md §7, "Adaptive depth").
 
 A round at depth k costs one verify step of k+1 rows and yields, on average,
 1 + a_1 + … + a_k tokens, where a_i is the probability that draft position i is reached *and*

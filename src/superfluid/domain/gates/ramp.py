@@ -2,8 +2,8 @@
 
 Prompt-lookup's drafts come in runs: while a reply copies its context, a draft continues the
 copy and is accepted whole; after a miss the next draft follows a fresh n-gram match, which is
-right far less often. Verify rows are not free (on the demo model a 16-row step costs about
-6.6 one-row steps), so a deep draft after a miss mostly buys rejected rows.
+right far less often. Verify rows are not free, so a deep draft after a miss mostly buys
+rejected rows.
 
 The ramp caps a lane's next draft: after a round whose draft was rejected it drops to
 `PROBE_DEPTH`; after a round accepted whole it grows `GROWTH`-fold, up to the policy's depth. The
@@ -11,8 +11,7 @@ cap only ever shortens a draft, so it cannot change what a lane commits.
 
 Growth is fourfold (2, 8, then the policy's depth), not twofold: once a 2-token probe is accepted
 whole the copy has usually resumed, and the 4- and 8-token rounds of a doubling ramp commit
-fewer tokens per second than one deep round (measured on the HTTP bench's copy-heavy prompts
-through the executor, 3 repetitions: 2.09× plain decoding against 1.68× with doubling).
+fewer tokens per second than one deep round. ADR 0004 has the measurements.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The re-probe schedule after a throughput loss (SPECULATION.md §7, "Re-probe").
+"""The re-probe schedule after a throughput loss (docs/contract.md §7, "Re-probe").
 
 After the throughput gate decides for plain decoding at a lane count, speculation there is
 measured again after `reprobe` finished requests; each further loss in a row doubles the wait, up

@@ -4,8 +4,7 @@ On a CPU the forward pass is compute-bound once a step carries more than a row o
 cost follows the rows in the batch, whichever lanes they belong to: 2 lanes verifying 8 rows
 each cost about what 1 lane verifying 16 does. Keying the measurements by the step's total rows
 lets what one lane count measured price a draft at another, instead of each lane count starting
-from the prior shape (which, on the 2-core CI machine, is half the real slope: a 16-row step
-costs ~6 one-row steps, not the 3.55 the prior says).
+from the prior shape, whose slope can be far from the real one (ADR 0006).
 
 Costs not yet measured: between two measured row counts, interpolated linearly; above the
 largest, extended along the line through the smallest and the largest measurement (the widest
@@ -19,8 +18,8 @@ from __future__ import annotations
 
 import math
 
-#: Each extra verify row costs this fraction of a one-row step (the demo model's figure in
-#: SPECULATION.md §7); a prior only, replaced by measurements as they come.
+#: Each extra verify row costs this fraction of a one-row step: a prior only (ADR 0006),
+#: replaced by measurements as they come.
 ROW_COST_SLOPE = 0.17
 
 #: Weight of the newest measurement in a row count's cost average.

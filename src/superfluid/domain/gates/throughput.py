@@ -1,4 +1,4 @@
-"""The throughput gate for one lane count (SPECULATION.md §7, "Throughput gate").
+"""The throughput gate for one lane count (docs/contract.md §7, "Throughput gate").
 
 Speculation is measured against plain decoding on live traffic, as committed tokens per second
 of decode time, and kept only where it is at least `min_speedup` times faster.
@@ -24,10 +24,9 @@ Measurement rules:
 Probe sizes: 24 measured ticks each way, windows of 256 drafted ticks, early stop checked from
 the 48th drafted tick of a window with a 10% margin below plain ("clearly below"). A speculating probe
 must span more than one stretch of a reply: copy-heavy replies alternate runs accepted whole
-with edits that miss several rounds in a row, and an 8-tick probe that fell on the edits sent
-one lane to plain decoding for the next 32 requests on prompts where speculation was 1.6–2.6×
-faster overall (measured through the executor on the HTTP bench's copy-heavy prompts). 24 ticks
-cost little where speculation loses: a tick that drafts nothing is a plain tick. The early stop
+with edits that miss several rounds in a row, and a short probe that falls on the edits sends
+the lane count to plain decoding on prompts where speculation pays (ADR 0007). 24 ticks cost
+little where speculation loses: a tick that drafts nothing is a plain tick. The early stop
 waits for 48 drafted ticks for the same reason: a window that opens on an edit is not yet a
 strategy that stopped paying, and a stop costs a re-check and possibly 32 requests of plain
 decoding.

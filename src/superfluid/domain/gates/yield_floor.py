@@ -1,4 +1,4 @@
-"""The yield floor (SPECULATION.md §7, "Yield floor").
+"""The yield floor (docs/contract.md §7, "Yield floor").
 
 Yield is accepted draft tokens per verified round. Each request is judged once, when it has had
 `yield_rounds` verified rounds: below `min_yield` it *fails* and drafts no more for the rest of

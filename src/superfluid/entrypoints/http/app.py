@@ -82,8 +82,8 @@ def create_app(
         messages = chat_messages(body.messages)
 
         def prompt_tokens() -> list[int]:
-            text = host.runtime.chat_prompt(messages)
-            return host.runtime.tokenize(text, add_special=True)
+            text = host.chat_prompt(messages)
+            return host.tokenize(text, add_special=True)
 
         # Templates and tokenizers are plain blocking code: keep them off the event loop.
         prompt = await run_in_threadpool(prompt_tokens)
@@ -99,7 +99,7 @@ def create_app(
         check_supported(body)
         host = find_host(service, body.model)
         text = completion_prompt(body)
-        prompt = await run_in_threadpool(host.runtime.tokenize, text, add_special=True)
+        prompt = await run_in_threadpool(host.tokenize, text, add_special=True)
         return await _reply(request, body, host, prompt, chat=False)
 
     @v1.get("/models", responses=_refusals(401))
@@ -220,7 +220,7 @@ def _unauthorized(message: str) -> ApiError:
 
 
 def _model_card(host: ModelHost, created: int) -> dict[str, Any]:
-    caps = host.runtime.capabilities
+    caps = host.capabilities
     return {
         "id": host.name,
         "object": "model",

@@ -117,7 +117,7 @@ class Generation:
         self._host = host
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue[Committed] = asyncio.Queue()
-        self._text = TextStream(host.runtime.detokenize, stops)
+        self._text = TextStream(host.detokenize, stops)
         self._completion_tokens = 0
         self._spec = SpecStats()
         self._ended = False

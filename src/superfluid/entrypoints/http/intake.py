@@ -166,7 +166,7 @@ def completion_prompt(body: CompletionBody) -> str:
 
 
 def check_prompt_fits(host: ModelHost, prompt: Sequence[int], param: str) -> None:
-    context = host.runtime.capabilities.context_size
+    context = host.capabilities.context_size
     if not prompt:
         raise bad_request("the prompt is empty; send some text to complete", param)
     if len(prompt) >= context:
@@ -209,7 +209,7 @@ def check_supported(body: SamplingFields) -> None:
 
 
 def must_decode_plainly(body: SamplingFields) -> bool:
-    """Lanes with a grammar, a logit bias or logprobs never speculate (SPECULATION.md §8)."""
+    """Lanes with a grammar, a logit bias or logprobs never speculate (docs/contract.md §8)."""
     if body.logit_bias:
         return True
     if isinstance(body, ChatCompletionBody):
@@ -272,7 +272,7 @@ def generation_request(
     check_prompt_fits(
         host, prompt, "messages" if isinstance(body, ChatCompletionBody) else "prompt"
     )
-    room = host.runtime.capabilities.context_size - len(prompt)
+    room = host.capabilities.context_size - len(prompt)
     # An explicit limit past the window is kept: the reply then ends at the window, "length".
     max_tokens = body.token_limit or min(room, DEFAULT_MAX_TOKENS)
     json_mode = (
@@ -281,7 +281,7 @@ def generation_request(
         and body.response_format.type == "json_object"
     )
     constraint = (
-        JsonObjectConstraint(host.token_pieces(), host.runtime.capabilities.eos_tokens)
+        JsonObjectConstraint(host.token_pieces(), host.capabilities.eos_tokens)
         if json_mode
         else None
     )

@@ -99,7 +99,7 @@ def usage(prompt_tokens: int, completion_tokens: int) -> Json:
 
 
 def spec_extension(spec: SpecStats) -> Json | None:
-    """`{"spec": {...}}` when anything was drafted (SPECULATION.md §9), else None."""
+    """`{"spec": {...}}` when anything was drafted (docs/contract.md §9), else None."""
     if spec.proposed <= 0:
         return None
     return {
@@ -196,7 +196,7 @@ class ReplyFrame:
 
     def usage_chunk(self, usage_block: Json, spec: SpecStats | None = None) -> Json:
         """`stream_options.include_usage`'s last chunk: usage and no choices, and the spec
-        extension too, since it belongs on a stream's final chunk (SPECULATION.md §9)."""
+        extension too, since it belongs on a stream's final chunk (docs/contract.md §9)."""
         body = self._head("chat.completion.chunk" if self.chat else "text_completion")
         body["choices"] = []
         body["usage"] = usage_block

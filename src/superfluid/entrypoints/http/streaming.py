@@ -8,7 +8,7 @@ the reply ends (tokens that showed no text) ride on the closing chunk.
 
 `superfluid.spec` rides on the chunk with the finish reason and, with
 `stream_options.include_usage`, on the usage-only chunk after it as well: whichever chunk is
-last carries it (SPECULATION.md §9), and a client that stops reading at the finish reason still
+last carries it (docs/contract.md §9), and a client that stops reading at the finish reason still
 sees it.
 
 The first piece is awaited before the response starts (see app.py), so a failure before any

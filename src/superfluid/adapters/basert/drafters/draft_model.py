@@ -11,7 +11,7 @@ On a greedy lane the draft is the draft model's argmax, verified by matching: th
 plain-decode output token for token. On a sampling lane (`propose_sampled`) each draft token is
 drawn from the draft model's own distribution q under the request's sampling parameters, with
 the counter RNG's draft stream, and the executor verifies by rejection sampling with that q
-(SPECULATION.md §6), as the heads do. Drafting the argmax at temperature > 0 accepts only where
+(docs/contract.md §6), as the heads do. Drafting the argmax at temperature > 0 accepts only where
 the target happens to sample its own mode (about a quarter of the time on the fixtures); drafting
 from q accepts with probability Σ min(p, q).
 
@@ -23,19 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from superfluid.adapters.basert.bundle import Bundle, BundleError
-from superfluid.adapters.basert.drafter_common import Proposal, Q
+from superfluid.adapters.basert.drafters.common import Proposal, Q
 from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
+from superfluid.adapters.basert.target import DraftTarget
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
-from superfluid.application.drafting import DraftState
+from superfluid.application.ports import DraftState
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.sampling import SamplingParams
-
-if TYPE_CHECKING:
-    from superfluid.adapters.basert.runtime import BaseRTRuntime
 
 _SAME_TOKENIZER = "a draft model must share the target's tokenizer"
 
@@ -51,7 +48,7 @@ class DraftModelDrafter:
         self.context_size = context_size
 
     @classmethod
-    def load(cls, path: Path | str, *, target: BaseRTRuntime) -> DraftModelDrafter:
+    def load(cls, path: Path | str, *, target: DraftTarget) -> DraftModelDrafter:
         """Load the draft bundle for `target`; EngineRefusal (a SuperfluidError) says why not."""
         path = Path(path).expanduser()
         try:

@@ -33,12 +33,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from superfluid.adapters.basert.bundle import Bundle, BundleError
-from superfluid.adapters.basert.drafter_common import (
+from superfluid.adapters.basert.drafters.common import (
     Proposal,
     Q,
     config_of,
@@ -49,12 +48,10 @@ from superfluid.adapters.basert.drafter_common import (
     tap_ids,
 )
 from superfluid.adapters.basert.layers import F32, linear, rms_norm
-from superfluid.application.drafting import DraftState
+from superfluid.adapters.basert.target import DraftTarget
+from superfluid.application.ports import DraftState
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.sampling import SamplingParams
-
-if TYPE_CHECKING:
-    from superfluid.adapters.basert.runtime import BaseRTRuntime
 
 MARKOV_TENSORS = ("markov.embed.weight", "markov.proj.weight")
 
@@ -87,7 +84,7 @@ class BlockWeights:
 class BlockDrafter:
     """The `dflash` or `dspark` strategy over one loaded block drafter; lanes keep no cache."""
 
-    def __init__(self, strategy: str, weights: BlockWeights, target: BaseRTRuntime) -> None:
+    def __init__(self, strategy: str, weights: BlockWeights, target: DraftTarget) -> None:
         self.strategy = strategy
         self.weights = weights
         self.target = target
@@ -96,8 +93,12 @@ class BlockDrafter:
 
     @property
     def block_size(self) -> int:
-        """The drafter's block width: its default depth (SPECULATION.md §4)."""
+        """The drafter's block width: its default depth (docs/contract.md §4)."""
         return self.weights.block_size
+
+    def default_depth(self) -> int:
+        """Its block width (docs/contract.md §4): a block drafter never drafts past it."""
+        return self.block_size
 
     def open(self, prompt: Sequence[int], *, seq: int) -> DraftState:
         return _BlockLane(self, seq, prompt)
@@ -167,7 +168,7 @@ def _confidence(logits: F32) -> float:
     return 1.0 / float(np.exp(shifted).sum())
 
 
-def load_block_drafter(strategy: str, path: Path, *, target: BaseRTRuntime) -> BlockDrafter:
+def load_block_drafter(strategy: str, path: Path, *, target: DraftTarget) -> BlockDrafter:
     """A DFlash or DSpark drafter for `target`; EngineRefusal says why not."""
     bundle = open_drafter(path, strategy, target)
     cfg = target.model.config

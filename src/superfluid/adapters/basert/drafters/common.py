@@ -2,13 +2,13 @@
 that turn into the engine's refusals, and choosing a draft token greedily or by sampling.
 
 Refusals are one line each (EngineRefusal, shown after `--speculate <d>: `): a drafter of another
-kind, one that does not fit the target (the domain's fit rule, SPECULATION.md §3, plus what the
+kind, one that does not fit the target (the domain's fit rule, docs/contract.md §3, plus what the
 reference backend itself needs), and a missing or mis-shaped tensor (the bundle reader's line,
 which names the file and the tensor).
 
 Sampling a draft: token i of a proposal is drawn from the drafter's own distribution q, shaped by
 the lane's sampling parameters exactly as the verifier shapes p (temperature, top-k, top-p,
-min-p; no penalties: a drafter predicts the unpenalised distribution, SPECULATION.md §8), with
+min-p; no penalties: a drafter predicts the unpenalised distribution, docs/contract.md §8), with
 the uniform `uniform(seed, pos + i, STREAM_DRAFT)`, independent of the verifier's coins.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,19 +24,17 @@ import numpy.typing as npt
 from superfluid.adapters.basert.bundle import Bundle, BundleError
 from superfluid.adapters.basert.layers import F32
 from superfluid.adapters.basert.model_config import ConfigReader, ModelConfig
+from superfluid.adapters.basert.target import DraftTarget
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.bundle_header import BundleHeader
 from superfluid.domain.drafters import fit_problem
 from superfluid.domain.rng import STREAM_DRAFT, uniform
 from superfluid.domain.sampling import SamplingParams, draw_index, token_distribution
 
-if TYPE_CHECKING:
-    from superfluid.adapters.basert.runtime import BaseRTRuntime
-
 Q = npt.NDArray[np.float64]
 
 
-def open_drafter(path: Path, strategy: str, target: BaseRTRuntime) -> Bundle:
+def open_drafter(path: Path, strategy: str, target: DraftTarget) -> Bundle:
     """The drafter bundle at `path`, checked to be a `strategy` drafter that fits `target`."""
     path = Path(path).expanduser()
     try:

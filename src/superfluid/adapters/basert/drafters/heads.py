@@ -33,12 +33,11 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from superfluid.adapters.basert.bundle import Bundle, BundleError
-from superfluid.adapters.basert.drafter_common import (
+from superfluid.adapters.basert.drafters.common import (
     Proposal,
     Q,
     config_of,
@@ -61,12 +60,10 @@ from superfluid.adapters.basert.layers import (
     rope_tables,
 )
 from superfluid.adapters.basert.model_config import ModelConfig
-from superfluid.application.drafting import DraftState
+from superfluid.adapters.basert.target import DraftTarget
+from superfluid.application.ports import DraftState
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.sampling import SamplingParams
-
-if TYPE_CHECKING:
-    from superfluid.adapters.basert.runtime import BaseRTRuntime
 
 #: (residual stream, attention input or None for `attn_norm(residual)`) for the head's layer.
 LayerInput = tuple[F32, F32 | None]
@@ -184,7 +181,7 @@ class Eagle3Head(ChainedHead):
 class HeadDrafter:
     """The `mtp-head` or `eagle3` strategy over one loaded head (one cache per open lane)."""
 
-    def __init__(self, head: ChainedHead, target: BaseRTRuntime) -> None:
+    def __init__(self, head: ChainedHead, target: DraftTarget) -> None:
         self.head = head
         self.target = target
         self.stops = target.capabilities.eos_tokens
@@ -245,7 +242,7 @@ class _HeadLane:
             last = head.run(cache, head.from_self(last, token))
 
 
-def load_mtp_head(target: BaseRTRuntime) -> HeadDrafter:
+def load_mtp_head(target: DraftTarget) -> HeadDrafter:
     """The MTP head inside the target's own bundle; EngineRefusal says why not."""
     header, name = target.header, target.path.name
     speculator = header.raw.get("speculator")
@@ -280,7 +277,7 @@ def load_mtp_head(target: BaseRTRuntime) -> HeadDrafter:
     return HeadDrafter(head, target)
 
 
-def load_eagle3(path: Path, *, target: BaseRTRuntime) -> HeadDrafter:
+def load_eagle3(path: Path, *, target: DraftTarget) -> HeadDrafter:
     """An EAGLE-3 head for `target`; EngineRefusal says why not."""
     bundle = open_drafter(path, "eagle3", target)
     cfg = target.model.config

@@ -1,0 +1,317 @@
+"""Serving models: from what `superfluid serve` was told to loaded, registered, gated models.
+
+For each model file, in order: read the file once (its runtime and, for a `.base` bundle, its
+header), parse the `--speculate` directive (docs/contract.md §2), check a drafter the user named
+before minutes of loading, load the runtime, register a strategy (auto's ranked picks, or the
+named one), say what was registered, and build the model's policy and executor.
+
+`superfluid drafters` asks the same questions without loading anything (`explain`), so it says
+exactly what `serve` would register.
+
+Everything outside comes in through ports (`ports.py`): model files, drafter sources, the
+catalog, digests, sampling defaults and runtime loaders. Drafters are discovered for a target
+whose file has a `.base` header; whether a loaded model runs them is its runtime's own answer
+(`DrafterEngine`), never its name.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from superfluid.application.admission import Admission
+from superfluid.application.drafter_resolution import AutoResolution, check_explicit, rank_auto
+from superfluid.application.executor import Executor
+from superfluid.application.ports import (
+    CatalogSource,
+    Digests,
+    DrafterEngine,
+    DrafterSources,
+    ModelFile,
+    ModelFiles,
+    ReportsDepth,
+    Runtime,
+    RuntimeLoader,
+    SamplingDefaultsSource,
+)
+from superfluid.application.registration import (
+    Registration,
+    register_auto,
+    register_explicit,
+    register_prompt_lookup_runtime,
+)
+from superfluid.application.service import ModelHost
+from superfluid.domain import announcements as say
+from superfluid.domain.bundle_header import BundleHeader
+from superfluid.domain.catalog import CatalogRow
+from superfluid.domain.directive import Directive, Mode, check_mtp_head, parse_directive
+from superfluid.domain.errors import DirectiveError, ModelFileError
+from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
+from superfluid.domain.spec_settings import SpecSettings, depth_for, max_temperature_notice
+
+log = logging.getLogger("superfluid")
+
+#: Requests that may wait for a lane, per model, beyond those decoding (`--max-queue`).
+DEFAULT_MAX_QUEUE = 16
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """Everything `serve` was told, validated."""
+
+    models: tuple[Path, ...]
+    speculate: str | None
+    settings: SpecSettings
+    host: str = "127.0.0.1"
+    port: int = 8453
+    api_key: str | None = None
+    offline: bool = False
+    temperature: float | None = None
+    seed: int | None = None
+    max_lanes: int = 4
+    ctx_size: int = 4096
+    monitor: bool = True
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: `--served-model-name`, one per model in order (fewer: the rest keep their file names).
+    served_names: tuple[str, ...] = ()
+    max_queue: int = DEFAULT_MAX_QUEUE
+    prefix_reuse: bool = True
+
+
+@dataclass
+class Explanation:
+    """What `serve` would register for a model, and why (`superfluid drafters`)."""
+
+    model: str
+    runtime: str
+    directive: str
+    resolved: str | None  # the strategy that would register; None = plain decoding
+    note: str | None = None
+    auto: AutoResolution | None = None
+
+
+def served_names(plan: ServePlan) -> list[tuple[str, tuple[str, ...]]]:
+    """Each model's id and the other names it answers to, in the order the models were given.
+
+    A served name (`--served-model-name`) becomes the id; the file name stays an alias, so a
+    client that used it keeps working. Every name must be unique across the models.
+    """
+    if len(plan.served_names) > len(plan.models):
+        raise ModelFileError(
+            f"{len(plan.served_names)} --served-model-name values for {len(plan.models)}"
+            " model(s); give at most one per model, in the order the models are given"
+        )
+    named: list[tuple[str, tuple[str, ...]]] = []
+    for index, path in enumerate(plan.models):
+        file_name = path.name
+        if index < len(plan.served_names):
+            served = plan.served_names[index]
+            named.append((served, () if served == file_name else (file_name,)))
+        else:
+            named.append((file_name, ()))
+    seen: set[str] = set()
+    for name, aliases in named:
+        for each in (name, *aliases):
+            if each in seen:
+                raise ModelFileError(
+                    f"two models answer to the name {each}; requests could not tell them apart"
+                    " (give each a distinct --served-model-name)"
+                )
+            seen.add(each)
+    return named
+
+
+class Serving:
+    """The serve use case over its ports; the composition root builds one."""
+
+    def __init__(
+        self,
+        *,
+        files: ModelFiles,
+        drafters: DrafterSources,
+        catalog: CatalogSource,
+        digests: Digests,
+        loaders: Mapping[str, RuntimeLoader],
+        sampling: SamplingDefaultsSource,
+        clock: Callable[[], float],
+    ) -> None:
+        self._files = files
+        self._drafters = drafters
+        self._catalog = catalog
+        self._digests = digests
+        self._loaders = loaders
+        self._sampling = sampling
+        self._clock = clock
+        self._rows: tuple[CatalogRow, ...] | None = None
+
+    # -- serve -----------------------------------------------------------------------------
+
+    def hosts(self, plan: ServePlan) -> list[ModelHost]:
+        """Every model of `plan`, loaded and registered; a SuperfluidError stops startup."""
+        names = served_names(plan)
+        several = len(plan.models) > 1
+        return [
+            self._host(path, name, aliases, plan, several)
+            for path, (name, aliases) in zip(plan.models, names, strict=True)
+        ]
+
+    def _host(
+        self, path: Path, name: str, aliases: tuple[str, ...], plan: ServePlan, several: bool
+    ) -> ModelHost:
+        directive = self._parse(plan.speculate, plan.env)
+        file = self._files.open(path)
+        loader = self._loaders.get(file.runtime)
+        if loader is None:
+            raise ModelFileError(
+                f"{path}: the {file.runtime} runtime is not available in this build"
+            )
+        if file.header is not None and directive.mode not in (
+            Mode.OFF,
+            Mode.PROMPT_LOOKUP,
+            Mode.AUTO,
+        ):
+            # Check a named drafter before minutes of loading: a refusal here is exit 2.
+            directive = self._explicit(file, file.header, directive)
+        runtime = loader(path, ctx_size=plan.ctx_size, max_lanes=plan.max_lanes)
+        caps = runtime.capabilities
+        if isinstance(runtime, DrafterEngine):
+            if directive.mode is Mode.AUTO:
+                resolution = self._auto(file, self._header(file))
+                registration = register_auto(resolution, runtime, model=name, name_model=several)
+            else:
+                registration = register_explicit(directive, runtime, model=name, name_model=several)
+        else:
+            registration = register_prompt_lookup_runtime(directive, caps, name, name_model=several)
+        for line in registration.log:
+            log.info(line)
+        notice = max_temperature_notice(plan.settings, registration.speculates)
+        if notice is not None:
+            log.info(notice)
+        policy = policy_for(registration, plan, caps.max_verify_rows, file.header)
+        executor = Executor(
+            runtime,
+            max_lanes=plan.max_lanes,
+            clock=self._clock,
+            drafter=registration.drafter,
+            policy=policy,
+            reuse_prefixes=plan.prefix_reuse,
+        )
+        if plan.prefix_reuse and not executor.reuses_prefixes:
+            why = caps.reuse_refusal or f"this model's {caps.cut_refusal}"
+            log.info("%s: prefix reuse is off: %s", name, why)
+        return ModelHost(
+            name,
+            runtime,
+            registration,
+            policy,
+            executor,
+            sampling=self._sampling_defaults(file, runtime, name),
+            aliases=aliases,
+            admission=Admission(executor.max_lanes, plan.max_queue),
+        )
+
+    def _sampling_defaults(self, file: ModelFile, runtime: Runtime, name: str) -> SamplingDefaults:
+        """The model's own defaults, said once at startup; the built-in ones where it sets none."""
+        found, notes = self._sampling.read(file, runtime)
+        for note in notes:
+            log.info("%s: sampling default ignored: %s", name, note)
+        if found is None:
+            log.info(
+                "%s: the model sets no sampling defaults; requests that set none get %s (built-in)",
+                name,
+                BUILT_IN_SAMPLING.describe(),
+            )
+            return BUILT_IN_SAMPLING
+        log.info("%s: sampling defaults from %s: %s", name, found.source, found.describe())
+        return found
+
+    # -- drafters ------------------------------------------------------------------------------
+
+    def explain(self, model: Path, speculate: str | None, env: Mapping[str, str]) -> Explanation:
+        """What `serve` would register for `model` with `--speculate speculate` (no weights read)."""
+        directive = self._parse(speculate, env)
+        file = self._files.open(model)
+        explanation = Explanation(str(model), file.runtime, directive.raw, None)
+        if directive.mode is Mode.OFF:
+            return explanation
+        if file.header is None:
+            if directive.mode not in (Mode.AUTO, Mode.PROMPT_LOOKUP):
+                raise DirectiveError(say.strategy_not_on_runtime(directive.raw, file.runtime))
+            explanation.resolved = "prompt-lookup"
+            explanation.note = (
+                "if the model can cut its KV back; serve checks that when it loads the model"
+            )
+            return explanation
+        if directive.mode is Mode.PROMPT_LOOKUP:
+            explanation.resolved = "prompt-lookup"
+        elif directive.mode is Mode.AUTO:
+            explanation.auto = self._auto(file, file.header)
+            picks = explanation.auto.pick_names()
+            explanation.resolved = picks[0] if picks else None
+            if len(picks) > 1:
+                explanation.note = (
+                    "if the engine refuses the first pick, serve tries the next in order"
+                )
+        else:
+            explanation.resolved = self._explicit(file, file.header, directive).describe()
+        return explanation
+
+    def _parse(self, speculate: str | None, env: Mapping[str, str]) -> Directive:
+        return parse_directive(speculate, home=env.get("HOME"), is_file=self._files.is_file)
+
+    def _header(self, file: ModelFile) -> BundleHeader:
+        return file.header if file.header is not None else self._files.read_header(file.path)
+
+    def _catalog_rows(self) -> tuple[CatalogRow, ...]:
+        """The catalog, loaded when a drafter first needs it (never for a plain model)."""
+        if self._rows is None:
+            self._rows = self._catalog.load()
+        return self._rows
+
+    def _check_catalog(self, path: Path) -> str | None:
+        return self._digests.catalog_problem(path, self._catalog_rows())
+
+    def _auto(self, file: ModelFile, header: BundleHeader) -> AutoResolution:
+        found = self._drafters.search(file.path)
+        return rank_auto(
+            file.path,
+            header,
+            found.bundles,
+            read_header=self._files.read_header,
+            check_catalog=self._check_catalog,
+            rows=self._catalog_rows(),
+            searched=found.searched,
+        )
+
+    def _explicit(self, file: ModelFile, header: BundleHeader, directive: Directive) -> Directive:
+        """Check a named strategy; raises DirectiveError with the contract's message."""
+        if directive.mode is Mode.MTP_HEAD:
+            check_mtp_head(str(file.path), header)
+            return directive
+        return check_explicit(
+            directive,
+            header,
+            read_header=self._files.read_header,
+            check_catalog=self._check_catalog,
+        )
+
+
+def policy_for(
+    registration: Registration,
+    plan: ServePlan,
+    max_verify_rows: int,
+    target_header: BundleHeader | None,
+) -> SpecPolicy | None:
+    """The gates for a registered strategy (None when nothing speculates), starting at the
+    depth docs/contract.md §4 gives: a drafter that knows its own depth says it."""
+    strategy = registration.strategy
+    if strategy is None:
+        return None
+    drafter = registration.drafter
+    own = drafter.default_depth() if isinstance(drafter, ReportsDepth) else None
+    arch = target_header.arch if target_header is not None else None
+    depth = depth_for(strategy, plan.settings, plan.env, block_size=own, arch=arch)
+    return SpecPolicy(plan.settings, default_depth=depth, depth_cap=max_verify_rows - 1)
