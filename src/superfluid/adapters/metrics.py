@@ -1,4 +1,4 @@
-"""Prometheus metrics for `/metrics` (SPECULATION.md §9), fed as a service `Observer`.
+"""Prometheus metrics for `/metrics` (docs/contract.md §9), fed as a service `Observer`.
 
 Every series carries a `model` label, even when only one model is served: the contract asks for
 the label "when several are served", and a label that appears or vanishes with the number of

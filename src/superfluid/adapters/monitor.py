@@ -1,4 +1,4 @@
-"""The terminal monitor: what each served model is doing, at a glance (SPECULATION.md §9).
+"""The terminal monitor: what each served model is doing, at a glance (docs/contract.md §9).
 
 On a terminal it is a live table on stderr (rich, refreshed twice a second); elsewhere (a log
 file, a service manager's journal) it is one summary line per model on the `superfluid` logger

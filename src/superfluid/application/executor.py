@@ -22,15 +22,21 @@ prompt, its reply and a new line.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from superfluid.application.drafting import Drafter, DraftState, SampledDraftState
-from superfluid.application.ports import Feed, Logits, Runtime
+from superfluid.application.ports import (
+    Drafter,
+    DraftState,
+    Feed,
+    Logits,
+    Runtime,
+    SampledDraftState,
+    SpeculationPolicy,
+)
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
 from superfluid.domain.constrained import sample_allowed
 from superfluid.domain.gates.ramp import DraftRamp
@@ -45,37 +51,8 @@ DraftDistributions = npt.NDArray[np.float64]
 #: The shortest shared prefix for which a new lane takes a parked sequence over a free one.
 MIN_REUSED_TOKENS = 16
 
-#: Depth used when no policy is given (prompt-lookup's default, SPECULATION.md §4).
+#: Depth used when no policy is given (prompt-lookup's default, docs/contract.md §4).
 DEFAULT_DEPTH = 4
-
-
-class TickPlan(Protocol):
-    @property
-    def depth(self) -> int: ...
-
-
-class SpeculationPolicy(Protocol):
-    """What the executor asks the gates (one policy per served model; see domain.gates.policy)."""
-
-    def plan(self, lane_count: int) -> TickPlan:
-        """This tick's draft depth at this lane count; depth 0 decodes plainly."""
-        ...
-
-    def may_draft(self, request_id: Hashable) -> bool: ...
-
-    def request_started(self, request_id: Hashable) -> None: ...
-
-    def request_finished(self, request_id: Hashable) -> None: ...
-
-    def record_round(
-        self, request_id: Hashable, lane_count: int, *, drafted: int, accepted: int
-    ) -> None: ...
-
-    def record_spec_tick(
-        self, lane_count: int, *, drafted: int, committed: int, seconds: float, rows: int
-    ) -> None: ...
-
-    def record_plain_tick(self, lane_count: int, *, committed: int, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +274,7 @@ class Executor:
                 )
                 events.append(Committed(request.id, (), SpecStats(), Finish.ERROR, why))
                 continue
-            # Grammar and logprobs lanes never draft (SPECULATION.md §8), whatever `speculate` says.
+            # Grammar and logprobs lanes never draft (docs/contract.md §8), whatever `speculate` says.
             speculates = (
                 request.speculate
                 and request.constraint is None

@@ -16,7 +16,7 @@ verifying and gating lives above it, so a runtime stays a thin, testable adapter
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from superfluid.domain.bundle_header import BundleHeader
 from superfluid.domain.catalog import CatalogRow
+from superfluid.domain.gates.policy import TickPlan
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.sampling_defaults import SamplingDefaults
 
@@ -235,3 +236,27 @@ class SamplingDefaultsSource(Protocol):
     def read(self, file: ModelFile, runtime: Runtime) -> SamplingFound:
         """The defaults the model sets (None: it sets none), and notes on what was not read."""
         ...
+
+
+class SpeculationPolicy(Protocol):
+    """What the executor asks the gates (one policy per served model; see domain.gates.policy)."""
+
+    def plan(self, lane_count: int) -> TickPlan:
+        """This tick's draft depth at this lane count; depth 0 decodes plainly."""
+        ...
+
+    def may_draft(self, request_id: Hashable) -> bool: ...
+
+    def request_started(self, request_id: Hashable) -> None: ...
+
+    def request_finished(self, request_id: Hashable) -> None: ...
+
+    def record_round(
+        self, request_id: Hashable, lane_count: int, *, drafted: int, accepted: int
+    ) -> None: ...
+
+    def record_spec_tick(
+        self, lane_count: int, *, drafted: int, committed: int, seconds: float, rows: int
+    ) -> None: ...
+
+    def record_plain_tick(self, lane_count: int, *, committed: int, seconds: float) -> None: ...
