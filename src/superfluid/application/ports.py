@@ -17,7 +17,7 @@ verifying and gating lives above it, so a runtime stays a thin, testable adapter
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -51,7 +51,6 @@ class Capabilities:
     context_size: int
     eos_tokens: frozenset[int]
     max_sequences: int = 1
-    notes: tuple[str, ...] = field(default=())
     #: None when a finished request's KV may serve a later prompt with the same prefix: a
     #: token's KV is then the same whether it was prefilled, verified or decoded alone.
     #: Otherwise why not, phrased to follow "prefix reuse is off: ".

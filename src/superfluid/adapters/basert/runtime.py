@@ -82,7 +82,6 @@ class BaseRTRuntime:
             context_size=ctx_size,
             eos_tokens=tokenizer.eos_tokens,
             max_sequences=max_sequences,
-            notes=("reference backend (numpy): every logits row is independent of the batch",),
         )
 
     @classmethod

@@ -182,9 +182,6 @@ class LlamaCppRuntime(ClosedOnExit):
 
     def _describe(self, swa_full: bool) -> Capabilities:
         refusal = self._cut_refusal(swa_full)
-        notes = [f"chat template: {self.chat_template.origin}"]
-        if not self.kernels.batch_invariant:
-            notes.append("batched rows may differ from one-row logits in float rounding")
         return Capabilities(
             runtime="llamacpp",
             verify_rows=True,
@@ -195,7 +192,6 @@ class LlamaCppRuntime(ClosedOnExit):
             context_size=self._ctx_size,
             eos_tokens=self.vocab.eos_tokens,
             max_sequences=self._max_sequences,
-            notes=tuple(notes),
             reuse_refusal=None
             if self.kernels.batch_invariant
             else "these kernels compute a token's KV differently in a batch and alone",

@@ -102,10 +102,6 @@ class MlxRuntime(ClosedOnExit):
     def _describe(self, eos_tokens: frozenset[int]) -> Capabilities:
         # The model's own cache layout decides; a fresh cache holds no arrays yet.
         refusal = cut_refusal(make_prompt_cache(self._model), context_size=self._ctx_size)
-        notes = (
-            f"chat template: {self.chat_format.origin}",
-            "one lane per forward pass: drafts only while one lane decodes",
-        )
         return Capabilities(
             runtime="mlx",
             verify_rows=True,
@@ -116,7 +112,6 @@ class MlxRuntime(ClosedOnExit):
             context_size=self._ctx_size,
             eos_tokens=eos_tokens,
             max_sequences=self._max_sequences,
-            notes=notes,
             reuse_refusal=(
                 "MLX computes a prompt's KV with other kernels than a decoded token's, so a"
                 " reused prefix could change the output"
