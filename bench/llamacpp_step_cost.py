@@ -3,8 +3,8 @@
 The adaptive depth gate (docs/contract.md §7) picks k from c(r), the cost of a verify step with r
 rows. This times a step feeding r = 1, 2, 4, 8, 16 tokens with a row after each (one lane), and
 2 and 4 lanes feeding one token each, relative to one lane and one row, on the served
-(batch-invariant) kernels and on llama.cpp's defaults. Shapes are interleaved rep by rep; the median is what a
-busy machine gives, the minimum what a quiet one does.
+(batch-invariant) kernels and on llama.cpp's defaults. Shapes are interleaved rep by rep; the
+median is what a busy machine gives, the minimum what a quiet one does.
 
     .venv/bin/python -m bench.llamacpp_step_cost [--model PATH] [--threads N] [--reps N]
 """
