@@ -106,6 +106,7 @@ def make_executor(runtime: LlamaCppRuntime, speculate: bool, lanes: int) -> Exec
         SpecSettings(),
         default_depth=default_depth("prompt-lookup"),
         depth_cap=runtime.capabilities.max_verify_rows - 1,
+        match_classes=PromptLookupDrafter.match_classes,
     )
     return Executor(
         runtime,

@@ -111,7 +111,13 @@ class FixedDepth:
         pass
 
     def record_round(
-        self, request_id: Hashable, lane_count: int, *, drafted: int, accepted: int
+        self,
+        request_id: Hashable,
+        lane_count: int,
+        *,
+        drafted: int,
+        accepted: int,
+        klass: int = 0,
     ) -> None:
         pass
 
@@ -227,6 +233,7 @@ def spec_policy(runtime) -> SpecPolicy:
         SpecSettings(),
         default_depth=default_depth("prompt-lookup"),
         depth_cap=runtime.capabilities.max_verify_rows - 1,
+        match_classes=PromptLookupDrafter.match_classes,
     )
 
 

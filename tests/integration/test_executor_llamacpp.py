@@ -155,7 +155,7 @@ def test_on_long_contexts_speculation_and_load_change_no_token(long_runtime):
 
 
 def test_with_the_default_gates_greedy_output_is_plain_greedy(long_runtime):
-    # The gates pick depths per tick and the ramp cuts drafts short after a miss: any depth
+    # The gates pick depths per tick and each lane drafts as deep as its match class allows: any depth
     # sequence must leave the output alone.
     prompts = [COPY_PROMPT, long_conversation(6), *OPEN_PROMPTS[:2]]
     plain = plain_reference(long_runtime, prompts, 64)
@@ -164,7 +164,12 @@ def test_with_the_default_gates_greedy_output_is_plain_greedy(long_runtime):
         max_lanes=4,
         clock=time.perf_counter,
         drafter=PromptLookupDrafter(),
-        policy=SpecPolicy(SpecSettings(), default_depth=4, depth_cap=15),
+        policy=SpecPolicy(
+            SpecSettings(),
+            default_depth=4,
+            depth_cap=15,
+            match_classes=PromptLookupDrafter.match_classes,
+        ),
     )
     requests = [
         GenerationRequest(long_runtime.tokenize(p, add_special=True), GREEDY, 64) for p in prompts

@@ -1,7 +1,12 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from superfluid.domain.prompt_lookup import PromptLookupIndex, draft_from_history
+from superfluid.domain.prompt_lookup import (
+    MATCH_LENGTH_LIMIT,
+    PromptLookupIndex,
+    draft_from_history,
+    match_length_from_history,
+)
 
 histories = st.lists(st.integers(0, 4), max_size=60)
 
@@ -25,3 +30,18 @@ def test_a_draft_is_a_slice_of_the_history_no_longer_than_k(history, k):
     if draft:
         text = ",".join(map(str, history))
         assert ",".join(map(str, draft)) in text
+
+
+@given(histories, st.integers(1, 40))
+def test_the_index_measures_the_match_the_reference_scan_measures(history, limit):
+    index = PromptLookupIndex(history)
+    assert index.match_length(limit) == match_length_from_history(history, limit)
+
+
+@given(histories)
+def test_a_match_length_is_zero_exactly_when_nothing_is_drafted(history):
+    index = PromptLookupIndex(history)
+    length = index.match_length()
+    assert (length == 0) == (index.draft(1) == [])
+    if length:
+        assert 2 <= length <= MATCH_LENGTH_LIMIT

@@ -34,7 +34,7 @@ class FixedDepth:
     def request_finished(self, request_id):
         self.open.remove(request_id)
 
-    def record_round(self, request_id, lane_count, *, drafted, accepted):
+    def record_round(self, request_id, lane_count, *, drafted, accepted, klass=0):
         self.rounds.append((lane_count, drafted, accepted))
 
     def record_spec_tick(self, lane_count, *, drafted, committed, seconds, rows):
@@ -443,3 +443,33 @@ def test_a_runtime_that_refuses_reuse_frees_every_sequence():
     assert not executor.reuses_prefixes
     converse(executor, list(range(1, 41)))
     assert runtime.kv == {} == executor.parked()
+
+
+class ClassDepths(FixedDepth):
+    """A policy whose depth depends on the draft's match class (bare bigrams never draft)."""
+
+    def __init__(self, by_class):
+        super().__init__(max(by_class))
+        self._by_class = tuple(by_class)
+
+    def plan(self, lane_count):
+        return TickPlan(max(self._by_class), self._by_class)
+
+    def record_round(self, request_id, lane_count, *, drafted, accepted, klass=0):
+        self.rounds.append((klass, drafted, accepted))
+
+
+def test_each_lane_drafts_as_deep_as_its_drafts_match_class_allows():
+    by_class = (0, 1, 7)
+    policy = ClassDepths(by_class)
+    looping = FakeModel(eos=False)  # an order-2 model loops: its replies copy themselves
+    requests = requests_for(PROMPTS, max_tokens=60)
+    plain, _, _ = run(FakeRuntime(looping), requests, speculate=False)
+    spec, _, _ = run(
+        FakeRuntime(looping), requests_for(PROMPTS, max_tokens=60), speculate=True, policy=policy
+    )
+    assert spec == plain
+    assert policy.rounds, "nothing was drafted"
+    assert all(0 < drafted <= by_class[klass] for klass, drafted, _ in policy.rounds)
+    assert {klass for klass, _, _ in policy.rounds} >= {1, 2}
+    assert max(drafted for klass, drafted, _ in policy.rounds if klass == 2) > 1

@@ -5,10 +5,13 @@ import pytest
 
 from superfluid.domain.gates.depth import (
     EXPLORE_EVERY,
+    MATCH_CLASSES,
     ROUNDS_BEFORE_TUNING,
     DepthController,
     DepthMode,
     best_depth,
+    match_class,
+    power_of_two_rows,
 )
 from superfluid.domain.gates.step_cost import StepCosts, prior_row_cost
 
@@ -226,3 +229,50 @@ def test_with_a_cap_of_one_exploration_has_nowhere_to_go():
         proposals.append(controller.choose())
         controller.record_step(2, 0.01)
     assert set(proposals) == {1}
+
+
+def test_power_of_two_rows_are_the_depths_a_tiled_kernel_verifies_cheaply():
+    assert power_of_two_rows(15) == (1, 3, 7, 15)
+    assert power_of_two_rows(8) == (1, 3, 7, 8)  # the cap itself stays reachable
+    assert power_of_two_rows(1) == (1,)
+
+
+def test_match_classes_split_bare_bigrams_short_and_long_matches():
+    assert [match_class(n) for n in (None, 0, 2, 3, 7, 8, 32)] == [0, 0, 0, 1, 1, 2, 2]
+    assert MATCH_CLASSES == 3
+
+
+def test_candidates_limit_the_best_depth_and_skipping_competes_with_plain():
+    cost = lambda rows: 1.0 + 0.5 * (rows % 2) * (rows > 1) + 0.2 * (rows - 1)  # noqa: E731
+    sure = [0.95**i for i in range(1, 16)]
+    assert best_depth(sure, cost, (1, 3, 7, 15)) in (1, 3, 7, 15)
+    assert best_depth([0.01] * 15, cost, (1, 3, 7, 15), may_skip=True) == 0
+    assert best_depth([0.01] * 15, cost, (1, 3, 7, 15)) == 1  # without skipping, the least
+
+
+def test_each_match_class_learns_its_own_depth():
+    controller = DepthController(
+        default_depth=4, max_depth=15, candidates=power_of_two_rows(15), may_skip=True
+    )
+    for _ in range(100):
+        controller.record_round(15, 0, klass=0)
+        controller.record_round(15, 15, klass=2)
+        controller.record_step(16, 0.01 * (1 + 0.2 * 15))
+    assert controller.mode_of(1) is DepthMode.LEARNING
+    assert controller.choose(0) == 0
+    assert controller.choose(1) == 3  # untried: the candidate nearest the default
+    assert controller.choose(2) == 15
+
+
+def test_exploration_walks_the_candidates_and_reaches_a_skipped_class():
+    controller = DepthController(
+        default_depth=4, max_depth=15, candidates=power_of_two_rows(15), may_skip=True
+    )
+    for _ in range(ROUNDS_BEFORE_TUNING * 4):
+        controller.record_round(3, 0)
+    proposals = []
+    for _ in range(2 * EXPLORE_EVERY):
+        proposals.append(controller.choose())
+        controller.record_step(1, 0.01)  # plain steps keep the schedule going
+    assert set(proposals) == {0, 1}
+    assert proposals.index(1) == EXPLORE_EVERY - 1

@@ -39,9 +39,11 @@ def fail_request(policy, request_id, rounds=24):
     policy.request_finished(request_id)
 
 
-def test_a_fresh_policy_speculates_at_the_default_depth():
-    assert make_policy().plan(1) == TickPlan(4)
+def test_a_fresh_policy_speculates_at_the_power_of_two_row_depth_nearest_the_default():
+    # Default 4 would verify 5 rows; 3 verifies 4 (docs/adr/0013).
+    assert make_policy().plan(1) == TickPlan(3)
     assert make_policy().plan(1).speculate
+    assert make_policy(default_depth=6).plan(1) == TickPlan(7)
 
 
 def test_the_plain_plan_has_no_depth():
@@ -63,7 +65,7 @@ def test_with_the_throughput_gate_off_the_policy_always_speculates():
     policy = make_policy(SpecSettings(throughput_gate=False))
     lose_at(policy, 1)
     assert policy.gate(1) is None
-    assert policy.plan(1) == TickPlan(4)
+    assert policy.plan(1) == TickPlan(3)
 
 
 def test_an_abandoned_strategy_plans_plain_everywhere():
@@ -86,7 +88,8 @@ def test_a_failed_request_may_no_longer_draft_but_others_may():
     assert policy.request_verdict("bad") is RequestYield.FAILED
     assert not policy.may_draft("bad")
     assert policy.may_draft("fresh")
-    assert policy.plan(2).speculate
+    assert not policy.abandoned
+    assert policy.plan(1).speculate  # (at 2 lanes the depth gate has learnt drafts fail there)
 
 
 def test_a_speculating_tick_that_drafted_nothing_is_recorded_as_plain():
@@ -142,6 +145,55 @@ def test_adaptive_depth_shrinks_when_drafts_are_rejected():
             1, drafted=depth, committed=2, seconds=0.01 * (1 + 0.17 * depth), rows=depth + 1
         )
     assert policy.plan(1).depth <= 2
+
+
+def rounds_by_class(policy, rounds, accepted_by_class, *, lanes=1):
+    """Record `rounds` rounds per class, each drafting the planned depth for its class and
+    accepting `accepted_by_class[c](depth)` of it; each extra row costs a fifth of a step."""
+    for _ in range(rounds):
+        plan = policy.plan(lanes)
+        for klass, accepted in enumerate(accepted_by_class):
+            depth = plan.depth_for(klass)
+            if depth:
+                policy.record_round(
+                    "r", lanes, drafted=depth, accepted=accepted(depth), klass=klass
+                )
+        rows = plan.depth + 1
+        seconds = 0.01 * (1 + 0.2 * (rows - 1))
+        policy.record_spec_tick(
+            lanes, drafted=max(plan.depth, 1), committed=2, seconds=seconds, rows=rows
+        )
+        policy.record_plain_tick(lanes, committed=1, seconds=0.01)
+
+
+def test_sure_drafts_go_deep_and_unsure_ones_stop_drafting():
+    policy = make_policy(SpecSettings(throughput_gate=False, min_yield=0.0), match_classes=3)
+    rounds_by_class(policy, 300, [lambda d: 0, lambda d: min(d, 1), lambda d: d])
+    plan = policy.plan(1)
+    assert plan.by_class[0] == 0  # never accepted: not worth a row
+    assert plan.by_class[2] == 15  # always accepted: as deep as the runtime verifies
+    assert plan.depth == 15
+    assert plan.depth_for(0) == 0 and plan.depth_for(2) == 15
+
+
+def test_a_drafter_without_match_classes_gets_one_depth():
+    policy = make_policy(SpecSettings(throughput_gate=False, min_yield=0.0))
+    rounds_by_class(policy, 300, [lambda d: d])
+    assert policy.plan(1) == TickPlan(15)
+
+
+def test_tuned_depths_verify_a_power_of_two_rows():
+    policy = make_policy(SpecSettings(throughput_gate=False, min_yield=0.0), match_classes=3)
+    seen = set()
+    for accept in (lambda d: min(d, 2), lambda d: min(d, 5), lambda d: d // 2):
+        rounds_by_class(policy, 100, [accept] * 3)
+        seen |= set(policy.plan(1).by_class or (policy.plan(1).depth,))
+    assert seen <= {0, 1, 3, 7, 15}
+
+
+def test_match_classes_must_fit_the_controller():
+    with pytest.raises(ValueError, match="match classes"):
+        make_policy(match_classes=0)
 
 
 def test_a_lane_count_below_one_is_refused():

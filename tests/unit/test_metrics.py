@@ -122,8 +122,9 @@ def test_depth_and_gate_state_are_shown_per_lane_count():
     spec.plan(2)
     lose_at(spec, 2)
     samples = scrape(PrometheusMetrics([Served("m", spec)]))
-    assert value(samples, "superfluid_spec_depth", model="m", lanes="1") == 4
-    assert value(samples, "superfluid_spec_depth", model="m", lanes="2") == 4
+    # The default depth 4, as the power-of-two-row depth nearest it (docs/adr/0013).
+    assert value(samples, "superfluid_spec_depth", model="m", lanes="1") == 3
+    assert value(samples, "superfluid_spec_depth", model="m", lanes="2") == 3
     assert value(samples, "superfluid_spec_gate_speculating", model="m", lanes="1") == 1
     assert value(samples, "superfluid_spec_gate_speculating", model="m", lanes="2") == 0
     phases = {
@@ -162,7 +163,7 @@ def test_with_the_throughput_gate_off_only_the_depth_is_shown():
     spec = policy(SpecSettings(throughput_gate=False))
     spec.plan(1)
     samples = scrape(PrometheusMetrics([Served("m", spec)]))
-    assert value(samples, "superfluid_spec_depth", model="m", lanes="1") == 4
+    assert value(samples, "superfluid_spec_depth", model="m", lanes="1") == 3
     assert series(samples, "superfluid_spec_gate_speculating") == {}
     assert series(samples, "superfluid_spec_gate_phase") == {}
 

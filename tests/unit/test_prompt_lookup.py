@@ -1,6 +1,11 @@
 import pytest
 
-from superfluid.domain.prompt_lookup import PromptLookupIndex, draft_from_history
+from superfluid.domain.prompt_lookup import (
+    MATCH_LENGTH_LIMIT,
+    PromptLookupIndex,
+    draft_from_history,
+    match_length_from_history,
+)
 
 SPEC_EXAMPLES = [
     ([1, 2, 3, 4, 9, 9, 2, 3], 3, [4, 9, 9]),
@@ -49,3 +54,25 @@ def test_the_index_follows_committed_tokens_as_they_arrive():
     index.extend([3])
     assert index.draft(2) == [4, 1]
     assert len(index) == 7
+
+
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [
+        ([1, 2, 3, 4, 9, 9, 2, 3], 2),  # only the bigram (2, 3) repeats
+        ([7, 1, 2, 3, 4, 8, 1, 2, 3], 3),  # the trigram, and 8 != 7 before it
+        ([7, 1, 2, 3, 4, 7, 1, 2, 3], 4),  # the match reaches one token further back
+        ([5, 6, 7, 8, 5, 6, 7], 3),
+        ([1, 2, 3], 0),  # nothing repeats
+    ],
+)
+def test_the_match_length_counts_how_far_back_the_tail_matches_the_source(history, expected):
+    assert match_length_from_history(history) == expected
+    assert PromptLookupIndex(history).match_length() == expected
+
+
+def test_a_long_copy_is_measured_up_to_the_limit():
+    text = list(range(100))
+    history = text + text[:50]
+    assert PromptLookupIndex(history).match_length() == MATCH_LENGTH_LIMIT
+    assert PromptLookupIndex(history).match_length(limit=10) == 10

@@ -17,7 +17,9 @@ from collections.abc import Sequence
 # The drafter ports, re-exported for modules that still import them from here.
 from superfluid.application.ports import Drafter as Drafter
 from superfluid.application.ports import DraftState as DraftState
+from superfluid.application.ports import MatchedDraftState as MatchedDraftState
 from superfluid.application.ports import SampledDraftState as SampledDraftState
+from superfluid.domain.gates.depth import MATCH_CLASSES
 from superfluid.domain.prompt_lookup import PromptLookupIndex
 
 
@@ -25,6 +27,8 @@ class PromptLookupDrafter:
     """n-gram drafting from the lane's own context (docs/contract.md §4)."""
 
     strategy = "prompt-lookup"
+    #: Its drafts carry a match length, so the gates size them per match class.
+    match_classes = MATCH_CLASSES
 
     def open(self, prompt: Sequence[int], *, seq: int) -> DraftState:
         del seq  # the lane's own history is all prompt-lookup needs
@@ -39,6 +43,9 @@ class _PromptLookupState:
 
     def propose(self, k: int) -> list[int]:
         return self._index.draft(k)
+
+    def match_length(self) -> int:
+        return self._index.match_length()
 
     def commit(self, tokens: Sequence[int]) -> None:
         self._index.extend(tokens)

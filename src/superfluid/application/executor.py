@@ -5,7 +5,8 @@ per lane — a prompt chunk for a lane still prefilling, the pending token alone
 decodes plainly, the pending token plus a draft for a lane that speculates — run them all in
 one step, and commit: sample or verify each lane's rows, cut rejected draft cells off the KV,
 and report committed tokens. The maths lives in the domain (sampling, verification,
-prompt-lookup); the gates decide per tick whether drafting pays at this lane count.
+prompt-lookup); the gates decide per tick whether drafting pays at this lane count, and how deep
+each lane drafts by how sure its drafter is (the draft's match class).
 
 Invariant per lane: `history` is every committed token (prompt + output); the KV holds all of
 it but the last committed token, which is `pending` and is fed first in the next round.
@@ -33,13 +34,15 @@ from superfluid.application.ports import (
     DraftState,
     Feed,
     Logits,
+    MatchedDraftState,
     Runtime,
     SampledDraftState,
     SpeculationPolicy,
 )
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
 from superfluid.domain.constrained import sample_allowed
-from superfluid.domain.gates.ramp import DraftRamp
+from superfluid.domain.gates.depth import match_class
+from superfluid.domain.gates.policy import PLAIN, TickPlan
 from superfluid.domain.logprobs import TokenLogprob, token_logprob
 from superfluid.domain.verification import RoundResult, verify_by_matching, verify_by_rejection
 
@@ -86,7 +89,6 @@ class _Lane:
     finish: Finish | None = None
     out: list[int] = field(default_factory=list)
     out_logprobs: list[TokenLogprob] = field(default_factory=list)  # aligned with `out`
-    ramp: DraftRamp = field(default_factory=DraftRamp)
 
     @property
     def kv_len(self) -> int:
@@ -122,6 +124,8 @@ class _Plan:
     prefill: bool
     #: The distributions a sampled draft was drawn from: verified by rejection sampling.
     q: DraftDistributions | None = None
+    #: The draft's match class (`TickPlan.by_class`), reported with its round.
+    klass: int = 0
 
 
 class Executor:
@@ -203,8 +207,8 @@ class Executor:
         decoding = sum(1 for lane in self._lanes if lane.pending is not None)
         started = self._clock()  # drafting and verifying are part of what speculation costs
         # One plan per tick: the gates answer per lane count, not per lane.
-        depth = self._tick_depth(decoding)
-        plans = [self._plan(lane, decoding, depth) for lane in self._lanes]
+        tick = self._tick_plan(decoding)
+        plans = [self._plan(lane, decoding, tick) for lane in self._lanes]
         try:
             rows = self._runtime.step([plan.feed for plan in plans])
         except Exception as error:  # a runtime fault fails this tick's lanes, not the server
@@ -375,29 +379,43 @@ class Executor:
 
     # -- one lane's feed -------------------------------------------------------------------
 
-    def _tick_depth(self, decoding: int) -> int:
-        """This tick's draft depth for every lane that may draft; 0 decodes plainly."""
+    def _tick_plan(self, decoding: int) -> TickPlan:
+        """This tick's draft depths for the lanes that may draft; depth 0 decodes plainly."""
         if self._drafter is None or decoding == 0:
-            return 0
+            return PLAIN
         if decoding > 1 and not self._caps.verify_batches:
-            return 0
+            return PLAIN
         if not any(
             lane.draft_state is not None and lane.pending is not None for lane in self._lanes
         ):
-            return 0  # no lane here drafts: do not ask (or wake) the gates
+            return PLAIN  # no lane here drafts: do not ask (or wake) the gates
         if self._policy is None:
-            return DEFAULT_DEPTH
-        return self._policy.plan(decoding).depth
+            return TickPlan(DEFAULT_DEPTH)
+        return self._policy.plan(decoding)
 
-    def _plan(self, lane: _Lane, decoding: int, depth: int) -> _Plan:
+    def _plan(self, lane: _Lane, decoding: int, tick: TickPlan) -> _Plan:
         if lane.pending is None:
             chunk = lane.request.prompt[lane.prefilled : lane.prefilled + PREFILL_CHUNK]
             return _Plan(lane, Feed(lane.seq, chunk, lane.prefilled), [], prefill=True)
-        draft, q = self._draft(lane, depth)
+        klass = self._match_class(lane, tick)
+        draft, q = self._draft(lane, tick.depth_for(klass))
         tokens = [lane.pending, *draft]
         return _Plan(
-            lane, Feed(lane.seq, tokens, lane.kv_len, all_rows=bool(draft)), draft, False, q
+            lane,
+            Feed(lane.seq, tokens, lane.kv_len, all_rows=bool(draft)),
+            draft,
+            False,
+            q,
+            klass,
         )
+
+    @staticmethod
+    def _match_class(lane: _Lane, tick: TickPlan) -> int:
+        """The match class of the lane's next draft; asked only when classes differ in depth."""
+        state = lane.draft_state
+        if not tick.by_class or not isinstance(state, MatchedDraftState):
+            return 0
+        return match_class(state.match_length())
 
     def _draft(self, lane: _Lane, depth: int) -> tuple[list[int], DraftDistributions | None]:
         state = lane.draft_state
@@ -409,7 +427,7 @@ class Executor:
         # (the pending token takes a cell too) and the rows the runtime verifies at once.
         budget = lane.request.max_tokens - lane.generated
         room = self._caps.context_size - lane.kv_len - 1
-        k = min(lane.ramp.cap(depth), budget - 1, room, self._caps.max_verify_rows - 1)
+        k = min(depth, budget - 1, room, self._caps.max_verify_rows - 1)
         if k <= 0:
             return [], None
         params = lane.request.params
@@ -482,7 +500,7 @@ class Executor:
     def _settle_draft(
         self, plan: _Plan, result: RoundResult, decoding: int, events: list[Committed]
     ) -> bool:
-        """Count a verified draft, tell the ramp and the gates, cut rejected cells off the KV.
+        """Count a verified draft, tell the gates, cut rejected cells off the KV.
 
         False when the cut failed: the lane has ended, and nothing of the round is committed.
         """
@@ -490,10 +508,13 @@ class Executor:
         drafted = len(plan.draft)
         lane.proposed += drafted
         lane.accepted += result.accepted
-        lane.ramp.record(drafted, result.accepted)
         if self._policy is not None:
             self._policy.record_round(
-                lane.request.id, decoding, drafted=drafted, accepted=result.accepted
+                lane.request.id,
+                decoding,
+                drafted=drafted,
+                accepted=result.accepted,
+                klass=plan.klass,
             )
         if result.keep_length < plan.feed.start + len(plan.feed.tokens):
             try:

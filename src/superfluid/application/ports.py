@@ -129,6 +129,15 @@ class DraftState(Protocol):
 
 
 @runtime_checkable
+class MatchedDraftState(DraftState, Protocol):
+    """A draft state that can say how sure its next draft is (prompt-lookup's match length)."""
+
+    def match_length(self) -> int:
+        """How many tokens of the lane's tail the next draft's source matches (0: no draft)."""
+        ...
+
+
+@runtime_checkable
 class SampledDraftState(DraftState, Protocol):
     def propose_sampled(
         self, k: int, params: SamplingParams, pos: int
@@ -173,6 +182,15 @@ class ReportsDepth(Protocol):
     engine choice); other drafters take their strategy's default (docs/contract.md §4)."""
 
     def default_depth(self) -> int | None: ...
+
+
+@runtime_checkable
+class ClassifiesMatches(Protocol):
+    """A drafter whose draft states are `MatchedDraftState`s: the gates keep one depth per
+    match class for it (`domain/gates/depth.py`); other drafters have one class."""
+
+    @property
+    def match_classes(self) -> int: ...
 
 
 # -- startup ------------------------------------------------------------------------------------
@@ -251,8 +269,16 @@ class SpeculationPolicy(Protocol):
     def request_finished(self, request_id: Hashable) -> None: ...
 
     def record_round(
-        self, request_id: Hashable, lane_count: int, *, drafted: int, accepted: int
-    ) -> None: ...
+        self,
+        request_id: Hashable,
+        lane_count: int,
+        *,
+        drafted: int,
+        accepted: int,
+        klass: int = 0,
+    ) -> None:
+        """One lane's verified round; `klass` is its draft's match class (`TickPlan.by_class`)."""
+        ...
 
     def record_spec_tick(
         self, lane_count: int, *, drafted: int, committed: int, seconds: float, rows: int

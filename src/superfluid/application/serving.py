@@ -26,6 +26,7 @@ from superfluid.application.drafter_resolution import AutoResolution, check_expl
 from superfluid.application.executor import Executor
 from superfluid.application.ports import (
     CatalogSource,
+    ClassifiesMatches,
     Digests,
     DrafterEngine,
     DrafterSources,
@@ -314,4 +315,10 @@ def policy_for(
     own = drafter.default_depth() if isinstance(drafter, ReportsDepth) else None
     arch = target_header.arch if target_header is not None else None
     depth = depth_for(strategy, plan.settings, plan.env, block_size=own, arch=arch)
-    return SpecPolicy(plan.settings, default_depth=depth, depth_cap=max_verify_rows - 1)
+    classes = drafter.match_classes if isinstance(drafter, ClassifiesMatches) else 1
+    return SpecPolicy(
+        plan.settings,
+        default_depth=depth,
+        depth_cap=max_verify_rows - 1,
+        match_classes=classes,
+    )

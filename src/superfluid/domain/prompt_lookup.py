@@ -8,6 +8,12 @@ recent earlier start i with `history[i:i+n] == history[-n:]`; the draft is
 the same answers in O(k) per round: drafting runs every round on histories of thousands of
 tokens, so rescanning the history would cost more than the rows it saves. The index only ever
 grows, because a lane's history holds committed tokens only (rejected drafts never enter it).
+
+What is drafted is fixed by the contract; how much of it is worth verifying is not. The *match
+length* says how sure a draft is: how many tokens before the draft's source equal the tail (at
+least the n of the n-gram that matched, at most `MATCH_LENGTH_LIMIT`). A reply that has copied
+twenty tokens of its context in a row is likely to copy on; one whose last two tokens happen to
+occur earlier is not. The gates learn acceptance per match-length class (ADR 0013).
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 NGRAM_SIZES = (3, 2)
+
+#: How far back a match is measured: past this a draft is as sure as it gets.
+MATCH_LENGTH_LIMIT = 32
 
 
 def draft_from_history(history: Sequence[int], k: int) -> list[int]:
@@ -33,6 +42,32 @@ def draft_from_history(history: Sequence[int], k: int) -> list[int]:
                     return draft
                 break
     return []
+
+
+def match_length_from_history(history: Sequence[int], limit: int = MATCH_LENGTH_LIMIT) -> int:
+    """The reference match length: 0 when nothing is drafted, else how many tokens up to and
+    including the matched n-gram equal the tail (by a backwards scan, capped at `limit`)."""
+    length = len(history)
+    for n in NGRAM_SIZES:
+        if length <= n:
+            continue
+        tail = list(history[length - n :])
+        for i in range(length - n - 1, -1, -1):
+            if list(history[i : i + n]) == tail:
+                return _extend_back(history, i + n, length, limit)
+    return 0
+
+
+def _extend_back(history: Sequence[int], source_end: int, length: int, limit: int) -> int:
+    """How many tokens before `source_end` equal those before `length` (the tail), up to limit."""
+    matched = 0
+    while (
+        matched < limit
+        and matched < source_end
+        and history[source_end - 1 - matched] == history[length - 1 - matched]
+    ):
+        matched += 1
+    return matched
 
 
 class PromptLookupIndex:
@@ -77,3 +112,15 @@ class PromptLookupIndex:
                 # Non-empty by construction: start + n < length.
                 return history[start + n : start + n + k]
         return []
+
+    def match_length(self, limit: int = MATCH_LENGTH_LIMIT) -> int:
+        """The match length behind the draft `draft` would return (0: nothing to draft)."""
+        history = self._history
+        length = len(history)
+        for n, latest in self._latest.items():
+            if length <= n:
+                continue
+            start = latest.get(tuple(history[length - n :]))
+            if start is not None:
+                return _extend_back(history, start + n, length, limit)
+        return 0

@@ -18,11 +18,25 @@ extrapolation), which is what lets a deeper depth look worth a try at all.
 
 Plain ticks measure c(1).
 
-Every `EXPLORE_EVERY` recorded steps the controller proposes a neighbour of its best depth
-(alternately deeper and shallower), so a depth whose measurements are stale or missing gets
-measured. The schedule is a pure function of the step count: no randomness.
+**Match classes** (ADR 0013). A draft's acceptance depends on how sure its drafter is, and
+prompt-lookup says so: the *match length* behind a draft (`domain/prompt_lookup.py`). A draft
+continuing a twenty-token copy is accepted far more often than one that follows two tokens that
+happen to repeat, so one acceptance model for both drafts the sure ones too short and the unsure
+ones too long. The controller therefore learns acceptance, and picks k, per match class
+(`match_class`); a drafter without a match length has one class. Step costs stay shared.
 
-Invariant: `choose()` is always within 1..max_depth.
+**Candidate depths.** A policy may restrict k to `candidates`: `power_of_two_rows` keeps the
+depths whose verify step carries 2, 4, 8 or 16 rows. Matrix kernels work in tiles, and on the
+2-core CPU a step of 3, 5 or 9 rows costs more than one of 4, 8 or 10 (ADR 0013 has the table);
+a controller that explores by ±1 from a cheap shape always lands on a dear one and stays put.
+With `may_skip`, k = 0 (no draft) is a candidate too: a class whose drafts do not pay for their
+rows stops drafting, which is what happens to bare two-token matches on this machine.
+
+Every `EXPLORE_EVERY` recorded steps the controller proposes a neighbour of its best depth
+(alternately deeper and shallower, among the candidates), so a depth whose measurements are stale
+or missing gets measured. The schedule is a pure function of the step count: no randomness.
+
+Invariant: `choose()` is always within 1..max_depth, or 0 when skipping is allowed.
 """
 
 from __future__ import annotations
@@ -48,6 +62,27 @@ ROUNDS_BEFORE_TUNING = 8
 #: One recorded step in this many tries a neighbouring depth.
 EXPLORE_EVERY = 16
 
+#: Where each match class starts, in tokens of match length. Class 0 is everything shorter
+#: (for prompt-lookup: only the two-token fallback matched) and every draft without a length.
+MATCH_CLASS_STARTS = (3, 8)
+
+#: How many match classes a controller keeps.
+MATCH_CLASSES = len(MATCH_CLASS_STARTS) + 1
+
+
+def match_class(match_length: int | None) -> int:
+    """The class of a draft with this match length (None: the drafter gives none)."""
+    if match_length is None:
+        return 0
+    return sum(1 for start in MATCH_CLASS_STARTS if match_length >= start)
+
+
+def power_of_two_rows(max_depth: int) -> tuple[int, ...]:
+    """Depths whose verify step carries a power-of-two number of rows (k + 1 = 2, 4, 8, 16, …),
+    and `max_depth` itself."""
+    depths = {(1 << j) - 1 for j in range(1, max_depth.bit_length() + 1)}
+    return tuple(sorted(d for d in depths | {max_depth} if 1 <= d <= max_depth))
+
 
 class DepthMode(enum.Enum):
     FIXED = "fixed"  # adaptive depth is off: always the default depth
@@ -55,17 +90,27 @@ class DepthMode(enum.Enum):
     TUNED = "tuned"  # the model-based argmax (with exploration)
 
 
-def best_depth(cumulative_acceptance: Sequence[float], step_cost: Callable[[int], float]) -> int:
+def best_depth(
+    cumulative_acceptance: Sequence[float],
+    step_cost: Callable[[int], float],
+    candidates: Sequence[int] | None = None,
+    *,
+    may_skip: bool = False,
+) -> int:
     """argmax over k of (1 + a_1 + … + a_k) / c(k+1); ties go to the shallower depth.
 
-    `cumulative_acceptance[i-1]` is a_i; its length is the depth cap (at least 1).
+    `cumulative_acceptance[i-1]` is a_i; its length is the depth cap (at least 1). `candidates`
+    (default: every depth) limits k; with `may_skip`, k = 0 competes too, at 1 / c(1).
     """
     if not cumulative_acceptance:
         raise ValueError("at least one depth must be allowed")
-    best_k, best_value = 1, -1.0
+    allowed = set(candidates) if candidates is not None else None
+    best_k, best_value = (0, 1.0 / step_cost(1)) if may_skip else (1, -1.0)
     expected_tokens = 1.0
     for k, a_k in enumerate(cumulative_acceptance, start=1):
         expected_tokens += a_k
+        if allowed is not None and k not in allowed:
+            continue
         value = expected_tokens / step_cost(k + 1)
         if value > best_value:
             best_k, best_value = k, value
@@ -83,9 +128,12 @@ class DepthController:
         adaptive: bool = True,
         lanes: int = 1,
         costs: StepCosts | None = None,
+        candidates: Sequence[int] | None = None,
+        may_skip: bool = False,
     ) -> None:
         """`lanes`: the lane count this controller serves; `costs`: the model's shared table
-        (a private one when not given)."""
+        (a private one when not given); `candidates`: the depths a tuned choice may take
+        (default: all of 1..max_depth); `may_skip`: a tuned choice may be 0, no draft."""
         if max_depth < 1:
             raise ValueError("max_depth must be at least 1")
         if lanes < 1:
@@ -93,24 +141,34 @@ class DepthController:
         self.max_depth = max_depth
         self.default_depth = min(max(default_depth, 1), max_depth)
         self._adaptive = adaptive
-        self._offered = [0.0] * max_depth
-        self._accepted = [0.0] * max_depth
-        self._rounds = 0
+        self._candidates = tuple(
+            sorted({d for d in (candidates or range(1, max_depth + 1)) if 1 <= d <= max_depth})
+            or (max_depth,)
+        )
+        self._may_skip = may_skip
+        self._offered = [[0.0] * max_depth for _ in range(MATCH_CLASSES)]
+        self._accepted = [[0.0] * max_depth for _ in range(MATCH_CLASSES)]
+        self._rounds = [0] * MATCH_CLASSES
         self._lanes = lanes
         self._costs = costs if costs is not None else StepCosts()
         self._steps = 0
+        self._ticks = 0  # every recorded step, drafting or not: the exploration schedule
 
-    @property
-    def mode(self) -> DepthMode:
+    def mode_of(self, klass: int = 0) -> DepthMode:
         if not self._adaptive:
             return DepthMode.FIXED
-        if self._rounds < ROUNDS_BEFORE_TUNING:
+        if self._rounds[klass] < ROUNDS_BEFORE_TUNING:
             return DepthMode.LEARNING
         return DepthMode.TUNED
 
     @property
+    def mode(self) -> DepthMode:
+        """The mode of class 0 (the only class of a drafter without match lengths)."""
+        return self.mode_of(0)
+
+    @property
     def rounds(self) -> int:
-        return self._rounds
+        return sum(self._rounds)
 
     @property
     def steps(self) -> int:
@@ -118,20 +176,22 @@ class DepthController:
 
     # -- what the controller sees -------------------------------------------------------------
 
-    def record_round(self, drafted: int, accepted: int) -> None:
-        """One lane's verified round: `drafted` tokens proposed, the first `accepted` kept."""
+    def record_round(self, drafted: int, accepted: int, *, klass: int = 0) -> None:
+        """One lane's verified round: `drafted` tokens proposed, the first `accepted` kept,
+        from a draft of match class `klass`."""
         if drafted < 0 or not 0 <= accepted <= drafted:
             raise ValueError(f"impossible round: {accepted} accepted of {drafted} drafted")
         if drafted == 0:
             return  # nothing was offered, nothing was learnt
+        offered, kept = self._offered[klass], self._accepted[klass]
         # Positions 1..accepted were accepted; position accepted+1 (if drafted) was rejected;
         # later positions were never reached and say nothing about acceptance.
         reached = min(accepted + 1, drafted, self.max_depth)
         for index in range(reached):
-            self._offered[index] = self._offered[index] * ACCEPTANCE_DECAY + 1.0
+            offered[index] = offered[index] * ACCEPTANCE_DECAY + 1.0
             hit = 1.0 if index < accepted else 0.0
-            self._accepted[index] = self._accepted[index] * ACCEPTANCE_DECAY + hit
-        self._rounds += 1
+            kept[index] = kept[index] * ACCEPTANCE_DECAY + hit
+        self._rounds[klass] += 1
 
     def record_step(self, rows: int, seconds: float, *, total_rows: int | None = None) -> None:
         """One verify step with `rows` rows per lane (1 row = a plain step) took `seconds`;
@@ -139,26 +199,27 @@ class DepthController:
         if rows < 1 or not (math.isfinite(seconds) and seconds > 0.0):
             return  # a clock that did not advance tells nothing about cost
         self._costs.record(total_rows if total_rows is not None else self._lanes * rows, seconds)
+        self._ticks += 1
         if rows > 1:
             self._steps += 1
 
     # -- what the controller knows ------------------------------------------------------------
 
-    def conditional_acceptance(self) -> list[float]:
+    def conditional_acceptance(self, klass: int = 0) -> list[float]:
         """p_1..p_cap, smoothed towards the previous position's rate where data is thin."""
         rates: list[float] = []
         prior = FIRST_POSITION_PRIOR
-        for offered, accepted in zip(self._offered, self._accepted, strict=True):
+        for offered, accepted in zip(self._offered[klass], self._accepted[klass], strict=True):
             rate = (accepted + PRIOR_WEIGHT * prior) / (offered + PRIOR_WEIGHT)
             rates.append(rate)
             prior = rate
         return rates
 
-    def cumulative_acceptance(self) -> list[float]:
+    def cumulative_acceptance(self, klass: int = 0) -> list[float]:
         """a_1..a_cap: the probability each position is reached and accepted."""
         cumulative: list[float] = []
         running = 1.0
-        for rate in self.conditional_acceptance():
+        for rate in self.conditional_acceptance(klass):
             running *= rate
             cumulative.append(running)
         return cumulative
@@ -167,19 +228,35 @@ class DepthController:
         """c(r): the cost of a step in which each of this lane count's lanes carries r rows."""
         return self._costs.cost(self._lanes * rows)
 
-    def best(self) -> int:
-        return best_depth(self.cumulative_acceptance(), self.step_cost)
+    def best(self, klass: int = 0) -> int:
+        return best_depth(
+            self.cumulative_acceptance(klass),
+            self.step_cost,
+            self._candidates,
+            may_skip=self._may_skip,
+        )
 
-    def choose(self) -> int:
+    def choose(self, klass: int = 0) -> int:
         """The depth for the next speculating step (pure: calling it changes nothing)."""
-        if self.mode is not DepthMode.TUNED:
+        mode = self.mode_of(klass)
+        if mode is DepthMode.FIXED:
             return self.default_depth
-        best = self.best()
-        if self._steps % EXPLORE_EVERY != EXPLORE_EVERY - 1:
+        if mode is DepthMode.LEARNING:
+            # The candidate nearest the default (the shallower on a tie): the first rounds also
+            # feed the throughput gate's probe, which a dear row count would mislead.
+            return min(self._candidates, key=lambda d: (abs(d - self.default_depth), d))
+        best = self.best(klass)
+        if self._ticks % EXPLORE_EVERY != EXPLORE_EVERY - 1:
             return best
         # Alternate deeper and shallower tries; at a bound, the only neighbour there is.
-        deeper = (self._steps // EXPLORE_EVERY) % 2 == 0
-        neighbour = best + 1 if deeper else best - 1
-        if not 1 <= neighbour <= self.max_depth:
-            neighbour = best - 1 if deeper else best + 1
-        return min(max(neighbour, 1), self.max_depth)
+        choices = ((0,) if self._may_skip else ()) + self._candidates
+        at = choices.index(best)
+        deeper = (self._ticks // EXPLORE_EVERY) % 2 == 0
+        neighbour = at + 1 if deeper else at - 1
+        if not 0 <= neighbour < len(choices):
+            neighbour = at - 1 if deeper else at + 1
+        return choices[min(max(neighbour, 0), len(choices) - 1)]
+
+    def depths(self) -> tuple[int, ...]:
+        """What `choose` answers for each match class."""
+        return tuple(self.choose(klass) for klass in range(MATCH_CLASSES))

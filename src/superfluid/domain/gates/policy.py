@@ -10,9 +10,11 @@ Who decides what:
 - the yield floor (per model, per request) can abandon the strategy for good: every plan is
   then plain;
 - the throughput gate (per lane count) decides plain or speculative for that lane count;
-- the depth controller (per lane count) picks the depth when speculating, pricing drafts with
-  one step-cost table per model, keyed by a step's total rows (every lane count's ticks measure
-  it: see `gates/step_cost.py`).
+- the depth controller (per lane count) picks the depth when speculating, per match class (how
+  sure a draft is; a drafter without match lengths has one class), among depths whose verify
+  step carries a power-of-two number of rows, or no draft for a class whose drafts do not pay;
+  it prices drafts with one step-cost table per model, keyed by a step's total rows (every lane
+  count's ticks measure it: see `gates/step_cost.py`).
 
 Invariants: an abandoned policy always plans plain; a speculative plan's depth lies in
 1..depth_cap; what is recorded at one lane count never changes whether another speculates, nor
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from superfluid.domain.gates.depth import DepthController
+from superfluid.domain.gates.depth import MATCH_CLASSES, DepthController, power_of_two_rows
 from superfluid.domain.gates.step_cost import StepCosts
 from superfluid.domain.gates.throughput import GateTuning, Phase, ThroughputGate
 from superfluid.domain.gates.yield_floor import RequestYield, StrategyStanding, YieldFloor
@@ -34,13 +36,24 @@ from superfluid.domain.spec_settings import MAX_DRAFT_TOKENS, SpecSettings
 
 @dataclass(frozen=True, slots=True)
 class TickPlan:
-    """What one tick should do: `depth` 0 means the plain path, not speculation idling."""
+    """What one tick should do: `depth` 0 means the plain path, not speculation idling.
+
+    `by_class` holds the depth for each match class (`gates/depth.py`), 0 for a class that does
+    not draft; `depth` is the deepest of them. Empty: every class drafts at `depth`.
+    """
 
     depth: int
+    by_class: tuple[int, ...] = ()
 
     @property
     def speculate(self) -> bool:
         return self.depth > 0
+
+    def depth_for(self, klass: int) -> int:
+        """The depth for a lane whose draft is of match class `klass`."""
+        if 0 <= klass < len(self.by_class):
+            return min(self.by_class[klass], self.depth)
+        return self.depth
 
 
 PLAIN = TickPlan(0)
@@ -66,8 +79,14 @@ class SpecPolicy:
         default_depth: int,
         depth_cap: int = MAX_DRAFT_TOKENS,
         tuning: GateTuning | None = None,
+        match_classes: int = 1,
     ) -> None:
-        """`depth_cap` is the runtime's limit (its verify-row cap minus one), at most 15."""
+        """`depth_cap` is the runtime's limit (its verify-row cap minus one), at most 15;
+        `match_classes` is how many match classes the drafter's drafts fall in (1: it gives
+        no match lengths; prompt-lookup: `depth.MATCH_CLASSES`)."""
+        if not 1 <= match_classes <= MATCH_CLASSES:
+            raise ValueError(f"a drafter has 1..{MATCH_CLASSES} match classes, not {match_classes}")
+        self.match_classes = match_classes
         self.settings = settings.validate()
         self.depth_cap = max(1, min(depth_cap, MAX_DRAFT_TOKENS))
         self.default_depth = min(max(default_depth, 1), self.depth_cap)
@@ -100,7 +119,11 @@ class SpecPolicy:
         gate = self.gate(lane_count)
         if gate is not None and not gate.speculate:
             return PLAIN
-        return TickPlan(self.depth(lane_count).choose())
+        depths = self.depth(lane_count).depths()[: self.match_classes]
+        deepest = max(depths)
+        if deepest == 0:
+            return PLAIN  # no class drafts at this lane count (until exploration tries one)
+        return TickPlan(deepest, depths if len(set(depths)) > 1 else ())
 
     def may_draft(self, request_id: Hashable) -> bool:
         return self._floor.may_draft(request_id)
@@ -134,6 +157,8 @@ class SpecPolicy:
                 adaptive=self.settings.adaptive,
                 lanes=lane_count,
                 costs=self._costs,
+                candidates=power_of_two_rows(self.depth_cap),
+                may_skip=True,
             )
         return controller
 
@@ -146,7 +171,9 @@ class SpecPolicy:
             views.append(
                 LaneCountState(
                     lane_count,
-                    depth.choose() if depth is not None else self.default_depth,
+                    max(depth.depths()[: self.match_classes])
+                    if depth is not None
+                    else self.default_depth,
                     gate.phase if gate is not None else None,
                     gate.speculate if gate is not None else True,
                 )
@@ -169,11 +196,18 @@ class SpecPolicy:
             gate.requests_finished(self._finished_requests)
 
     def record_round(
-        self, request_id: Hashable, lane_count: int, *, drafted: int, accepted: int
+        self,
+        request_id: Hashable,
+        lane_count: int,
+        *,
+        drafted: int,
+        accepted: int,
+        klass: int = 0,
     ) -> None:
-        """One lane's verified round in a tick with `lane_count` lanes."""
+        """One lane's verified round in a tick with `lane_count` lanes, from a draft of match
+        class `klass`."""
         self._floor.record_round(request_id, drafted, accepted)
-        self.depth(lane_count).record_round(drafted, accepted)
+        self.depth(lane_count).record_round(drafted, accepted, klass=klass)
 
     def record_spec_tick(
         self, lane_count: int, *, drafted: int, committed: int, seconds: float, rows: int
