@@ -9,7 +9,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from superfluid.domain.gates.depth import DepthController
+from superfluid.domain.gates.depth import MATCH_CLASSES, DepthController
 from superfluid.domain.gates.policy import PLAIN, SpecPolicy
 from superfluid.domain.gates.reprobe import ReprobeOutcome, ReprobeSchedule
 from superfluid.domain.gates.throughput import GateTuning
@@ -182,10 +182,11 @@ events = st.lists(
 def apply(policy, event):
     match event:
         case ("serve", lane_count, (spec_tokens, spec_seconds), (tokens, took), ticks):
-            # Follow the policy's own plans, as the executor does, drafting one token per round.
+            # Follow the policy's verdicts, drafting one token per round. (The depth, down to
+            # whether a class drafts at all, is priced by shared costs, so it is not followed.)
             for _ in range(ticks):
-                plan = policy.plan(lane_count)
-                if plan.speculate:  # (the depth is priced by shared costs, so not followed)
+                gate = policy.gate(lane_count)
+                if not policy.abandoned and (gate is None or gate.speculate):
                     policy.record_round("r", lane_count, drafted=1, accepted=1)
                     policy.record_spec_tick(
                         lane_count, drafted=1, committed=spec_tokens, seconds=spec_seconds, rows=2
@@ -218,9 +219,12 @@ def lane_state(policy, lane_count):
             gate.last_wait,
             gate.last_verdict,
         )
-    # Step costs (and so the depth, which weighs them) are shared by lane counts on purpose:
-    # they are priced by a step's total rows (gates/step_cost.py). Whether to speculate is not.
-    return policy.plan(lane_count).speculate, gate_state, depth.conditional_acceptance()
+    # Step costs (and so the depth, which weighs them, down to whether a match class drafts at
+    # all) are shared by lane counts on purpose: they are priced by a step's total rows
+    # (gates/step_cost.py). The verdicts and the acceptance learnt are not.
+    verdict = not policy.abandoned and (gate is None or gate.speculate)
+    acceptance = [depth.conditional_acceptance(k) for k in range(MATCH_CLASSES)]
+    return verdict, gate_state, acceptance
 
 
 @given(spec_settings(min_yield=0.0), tunings, events)

@@ -17,9 +17,9 @@ Who decides what:
   count's ticks measure it: see `gates/step_cost.py`).
 
 Invariants: an abandoned policy always plans plain; a speculative plan's depth lies in
-1..depth_cap; what is recorded at one lane count never changes whether another speculates, nor
+1..depth_cap; what is recorded at one lane count never changes another's throughput verdict, nor
 the acceptance it has learnt (the per-model request count only times re-probes, and the shared
-step costs only price depths).
+step costs only price depths, down to whether a match class drafts at all).
 """
 
 from __future__ import annotations
