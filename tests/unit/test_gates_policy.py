@@ -1,6 +1,7 @@
 import pytest
 
 from superfluid.domain.errors import SettingsError
+from superfluid.domain.gates.depth import ROUNDS_BEFORE_TUNING
 from superfluid.domain.gates.policy import PLAIN, SpecPolicy, TickPlan
 from superfluid.domain.gates.throughput import GateTuning, Phase
 from superfluid.domain.gates.yield_floor import RequestYield
@@ -224,3 +225,23 @@ def test_states_read_each_lane_count_without_creating_any():
     assert state.lane_count == 2 and 1 <= state.depth <= 15 and state.phase is not None
     assert policy.lane_counts() == [2]
     assert policy.states() == [state]  # reading twice created nothing new
+
+
+def test_ticks_drafted_at_a_learning_depth_are_not_shown_to_the_throughput_gate():
+    def five_ticks(policy):
+        for _ in range(5):
+            policy.record_round("r", 1, drafted=3, accepted=3, klass=2)
+            policy.record_spec_tick(1, drafted=3, committed=4, seconds=0.01, rows=4)
+
+    learning = make_policy(match_classes=3)
+    five_ticks(learning)  # class 2 has not finished learning its depth
+    assert learning.gate(1).phase is Phase.WARM_UP
+    assert learning.gate(1).spec_sample.ticks == 0
+
+    tuned = make_policy(match_classes=3)
+    for _ in range(ROUNDS_BEFORE_TUNING):
+        tuned.record_round("r", 1, drafted=3, accepted=3, klass=2)
+    tuned.record_plain_tick(1, committed=1, seconds=0.01)
+    five_ticks(tuned)
+    assert tuned.gate(1).phase in (Phase.PROBE_SPEC, Phase.PROBE_PLAIN)
+    assert tuned.gate(1).spec_sample.ticks == 4  # the first was the warm-up tick

@@ -27,7 +27,12 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from superfluid.domain.gates.depth import MATCH_CLASSES, DepthController, power_of_two_rows
+from superfluid.domain.gates.depth import (
+    MATCH_CLASSES,
+    DepthController,
+    DepthMode,
+    power_of_two_rows,
+)
 from superfluid.domain.gates.step_cost import StepCosts
 from superfluid.domain.gates.throughput import GateTuning, Phase, ThroughputGate
 from superfluid.domain.gates.yield_floor import RequestYield, StrategyStanding, YieldFloor
@@ -96,6 +101,8 @@ class SpecPolicy:
         self._depths: dict[int, DepthController] = {}
         self._costs = StepCosts()
         self._finished_requests = 0
+        # Lane counts whose current tick drafted from a match class still learning its depth.
+        self._learning_ticks: set[int] = set()
 
     # -- questions -----------------------------------------------------------------------------
 
@@ -207,7 +214,10 @@ class SpecPolicy:
         """One lane's verified round in a tick with `lane_count` lanes, from a draft of match
         class `klass`."""
         self._floor.record_round(request_id, drafted, accepted)
-        self.depth(lane_count).record_round(drafted, accepted, klass=klass)
+        controller = self.depth(lane_count)
+        if drafted and controller.mode_of(klass) is DepthMode.LEARNING:
+            self._learning_ticks.add(lane_count)
+        controller.record_round(drafted, accepted, klass=klass)
 
     def record_spec_tick(
         self, lane_count: int, *, drafted: int, committed: int, seconds: float, rows: int
@@ -215,21 +225,26 @@ class SpecPolicy:
         """A speculating tick: `drafted` draft tokens over all lanes, `committed` tokens kept,
         `seconds` of decode time, `rows` verify rows per lane (the widest lane's drafts + 1).
 
-        A tick that drafted nothing is a plain tick (§7) and is recorded as one.
+        A tick that drafted nothing is a plain tick (§7) and is recorded as one. A tick whose
+        drafts came from a match class still learning its depth is not shown to the throughput
+        gate: it drafted at a starting depth, not at the one the gate would be judging (ADR 0013).
         """
         if drafted < 0:
             raise ValueError(f"a tick cannot draft {drafted} tokens")
+        learning = lane_count in self._learning_ticks
+        self._learning_ticks.discard(lane_count)
         if drafted == 0:
             self.record_plain_tick(lane_count, committed=committed, seconds=seconds)
             return
         gate = self.gate(lane_count)
-        if gate is not None:
+        if gate is not None and not learning:
             gate.record_spec_tick(committed, seconds)
         # Each decoding lane fed its pending token and its draft: the step's real row count.
         self.depth(lane_count).record_step(rows, seconds, total_rows=lane_count + drafted)
 
     def record_plain_tick(self, lane_count: int, *, committed: int, seconds: float) -> None:
         """A tick on the plain path (one row per lane), committing `committed` tokens."""
+        self._learning_ticks.discard(lane_count)
         if committed < 0:
             raise ValueError(f"a tick cannot commit {committed} tokens")
         gate = self.gate(lane_count)
