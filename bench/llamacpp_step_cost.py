@@ -7,6 +7,12 @@ rows. This times a step feeding r = 1, 2, 4, 8, 16 tokens with a row after each 
 median is what a busy machine gives, the minimum what a quiet one does.
 
     .venv/bin/python -m bench.llamacpp_step_cost [--model PATH] [--threads N] [--reps N]
+    .venv/bin/python -m bench.llamacpp_step_cost --logit-rows [--reps N]
+
+`--logit-rows` times, on the served kernels only, one lane feeding r = 1..17 tokens that all ask
+for logits, and n = 1..8 lanes feeding one token each, as llama.cpp computes them ("raw": no
+throwaway rows) and as the runtime runs them (rounding the logits rows up with
+`cheap_logit_rows`, ADR 0013).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import time
 from pathlib import Path
 
 from superfluid.adapters.llamacpp import LlamaCppRuntime, demo_model_path
+from superfluid.adapters.llamacpp import runtime as runtime_module
 from superfluid.adapters.llamacpp.kernels import BATCH_INVARIANT, LLAMACPP_DEFAULT
 from superfluid.application.ports import Feed
 
@@ -68,9 +75,15 @@ def main() -> None:
         help="measure one configuration in this process (default: each in a subprocess, in turn)",
     )
     parser.add_argument("--rounds", type=int, default=2, help="subprocess rounds per configuration")
+    parser.add_argument(
+        "--logit-rows", action="store_true", help="cost by logits rows, raw and as the runtime pads"
+    )
     args = parser.parse_args()
     home = Path(os.environ.get("SUPERFLUID_HOME", "~/.superfluid")).expanduser()
     model = args.model or demo_model_path(home)
+    if args.logit_rows:
+        logit_rows(model, args.reps, args.threads)
+        return
     if args.kernels is None:
         # llama.cpp's tiled-matmul switch is per process: one subprocess per configuration,
         # alternated, so load elsewhere on the machine hits both alike.
@@ -107,6 +120,34 @@ def main() -> None:
             )
         for s in seqs:
             rt.free_sequence(s)
+
+
+def logit_rows(model: Path, reps: int, threads: int | None) -> None:
+    """The cost of a pass by its logits rows, raw and padded (minimum of `reps`, interleaved)."""
+    padded = runtime_module.cheap_logit_rows
+    with LlamaCppRuntime.load(model, ctx_size=1024, max_sequences=8, n_threads=threads) as rt:
+        prompt = rt.tokenize(PROMPT, add_special=True)
+        seqs = [rt.new_sequence() for _ in range(8)]
+        for s in seqs:
+            rt.step([Feed(s, prompt, 0)])
+        held = len(prompt)
+        shapes = [(1, r) for r in range(1, 18)] + [(n, 1) for n in range(2, 9)]
+        samples: dict[tuple[str, int, int], list[float]] = {}
+        for _ in range(reps + 1):  # the first round warms every shape up and is dropped
+            for how, rounding in (("raw", lambda rows: rows), ("padded", padded)):
+                runtime_module.cheap_logit_rows = rounding
+                for lanes, rows in shapes:
+                    took = step_once(rt, seqs, held, lanes, rows)
+                    samples.setdefault((how, lanes, rows), []).append(took)
+        runtime_module.cheap_logit_rows = padded
+        base = min(samples[("raw", 1, 1)][1:])
+        print(f"\n== served kernels: {model.name}, {held}-token context, minimum of {reps} ==")
+        print(f"{'shape':>18} {'logits rows':>11} {'raw x':>7} {'padded x':>9}")
+        for lanes, rows in shapes:
+            raw = min(samples[("raw", lanes, rows)][1:]) / base
+            pad = min(samples[("padded", lanes, rows)][1:]) / base
+            shape = f"{lanes} lane{'s' if lanes > 1 else ''} x {rows} row{'s' if rows > 1 else ''}"
+            print(f"{shape:>18} {lanes * rows:>11} {raw:>7.2f} {pad:>9.2f}")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from superfluid.adapters.llamacpp import DemoModelMissing, LlamaCppRuntime, demo_model_path
+from superfluid.adapters.llamacpp.runtime import cheap_logit_rows
 from superfluid.application.ports import Feed, RuntimeFault
 
 pytestmark = pytest.mark.slow
@@ -331,3 +332,55 @@ def test_lanes_with_a_parked_or_free_sequence_between_them_keep_their_rows(
         np.testing.assert_array_equal(rows[0][0], alone_2[0])
         assert [rt.length(s) for s in (seqs[0], seqs[1], three)] == [64, 50, 41]
         assert int(rt._lib.llama_memory_seq_pos_max(rt._mem, two)) == -1  # the free one is empty
+
+
+def test_cheap_logit_rows_rounds_up_to_the_counts_the_head_runs_cheaply() -> None:
+    assert [cheap_logit_rows(r) for r in range(1, 18)] == [
+        1, 2, 4, 4, 8, 8, 8, 8, 10, 10, 12, 12, 14, 14, 16, 16, 18,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("rows", [3, 5, 7, 9])
+def test_throwaway_logits_rows_after_a_lone_verify_feed_change_nothing(
+    runtime: LlamaCppRuntime, rows: int
+) -> None:
+    rt = runtime
+    text = rt.tokenize((PROMPT + DRAFT) * 4, add_special=True)
+    seq = rt.new_sequence()
+    try:
+        rt.step([Feed(seq, text[:30], 0)])
+        feed = Feed(seq, text[30 : 30 + rows], 30, all_rows=True)
+        assert rt._logit_padding([feed], [rows], [])[1] == [cheap_logit_rows(rows) - rows]
+        alone = _one_at_a_time(rt, seq, 30, text[30 : 30 + rows])
+        packed = rt.step([Feed(seq, text[30 : 30 + rows], 30, all_rows=True)])[0]
+        held = rt.length(seq)
+        last = int(rt._lib.llama_memory_seq_pos_max(rt._mem, seq))
+    finally:
+        rt.free_sequence(seq)
+    np.testing.assert_array_equal(packed, alone)
+    assert held == last + 1 == 30 + rows  # the padding was cut off
+
+
+@pytest.mark.parametrize("fourth", ["parked", "free"])
+def test_three_plain_lanes_get_a_throwaway_fourth_row_that_changes_nothing(
+    demo_model: Path, fourth: str
+) -> None:
+    with LlamaCppRuntime.load(demo_model, ctx_size=512, max_sequences=4) as rt:
+        text = rt.tokenize((PROMPT + DRAFT) * 10, add_special=True)
+        seqs = [rt.new_sequence() for _ in range(4)]
+        for seq, n in zip(seqs, (60, 50, 40, 30), strict=True):
+            rt.step([Feed(seq, text[:n], 0)])
+        if fourth == "free":
+            rt.free_sequence(seqs[3])
+        lanes = list(zip(seqs[:3], (60, 50, 40), strict=True))
+        alone = [_one_at_a_time(rt, s, n, text[n : n + 3]) for s, n in lanes]
+        feeds = [Feed(s, [text[n]], n) for s, n in lanes]
+        _, _, fillers = rt._logit_padding(feeds, [1, 1, 1], [])
+        assert [(filler.seq, logits) for filler, logits in fillers] == [(seqs[3], 1)]
+        for i in range(3):
+            rows = rt.step([Feed(s, [text[n + i]], n + i) for s, n in lanes])
+            for lane in range(3):
+                np.testing.assert_array_equal(rows[lane][0], alone[lane][i])
+        fourth_last = int(rt._lib.llama_memory_seq_pos_max(rt._mem, seqs[3]))
+        assert [rt.length(s) for s in seqs[:3]] == [63, 53, 43]
+        assert fourth_last == (29 if fourth == "parked" else -1)

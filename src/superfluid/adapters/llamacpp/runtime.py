@@ -49,6 +49,27 @@ from superfluid.domain.errors import SuperfluidError
 MAX_VERIFY_ROWS = 16
 #: Throwaway rows worth one pass fewer (see `_padded_widths`).
 PADDING_ROWS_PER_PASS = 4
+
+
+def cheap_logit_rows(rows: int) -> int:
+    """The fewest logits rows, at least `rows`, that the vocabulary head computes cheaply.
+
+    The head's matrix kernel works on blocks of rows: on the 2-core AVX2 machine one pass with
+    3 logits rows costs 3.3 one-row steps and one with 4 rows 2.6; 5-7 rows cost 3.8-4.5 and 8
+    rows 3.1; past 8, an odd count costs 0.3-0.6 of a step more than the next even one (plain
+    decoding at 3 lanes: 3.33, at 4 lanes: 2.67; `bench/llamacpp_step_cost.py --logit-rows`,
+    ADR 0013). So a pass asks for throwaway logits rows up to the next count here. One or two
+    rows are left alone: the one-row pass is the plain decode, and 4 rows cost more than 2.
+    """
+    if rows <= 2:
+        return rows
+    if rows <= 4:
+        return 4
+    if rows <= 8:
+        return 8
+    return rows + (rows & 1)
+
+
 N_BATCH = 512
 
 _DECODE_ERRORS = {
@@ -272,21 +293,26 @@ class LlamaCppRuntime(ClosedOnExit):
         self._sequences.check_feeds(feeds)
         widths = self._padded_widths(feeds)
         fillers = self._gap_fillers(feeds, widths)
-        # (index of the feed's result, or None for a filler; the feed; its width in the batch),
-        # in sequence order: llama.cpp packs consecutive sequence ids into one pass.
-        entries: list[tuple[int | None, Feed, int]] = [
-            (i, feed, width) for i, (feed, width) in enumerate(zip(feeds, widths, strict=True))
+        widths, pads, row_fillers = self._logit_padding(feeds, widths, fillers)
+        # (index of the feed's result, or None for a filler; the feed; its width in the batch;
+        # throwaway logits rows after its real tokens, or from its start for a filler), in
+        # sequence order: llama.cpp packs consecutive sequence ids into one pass.
+        entries: list[tuple[int | None, Feed, int, int]] = [
+            (i, feed, width, pad)
+            for i, (feed, width, pad) in enumerate(zip(feeds, widths, pads, strict=True))
         ]
-        entries += [(None, filler, len(filler.tokens)) for filler in fillers]
+        entries += [(None, filler, len(filler.tokens), 0) for filler in fillers]
+        entries += [(None, filler, len(filler.tokens), logits) for filler, logits in row_fillers]
+        fillers = [*fillers, *(filler for filler, _ in row_fillers)]
         entries.sort(key=lambda entry: entry[1].seq)
-        total = sum(width for _, _, width in entries)
+        total = sum(width for _, _, width, _ in entries)
         batch.reserve(total)
         results: list[Logits] = [np.empty(0, np.float32)] * len(feeds)
         # (batch row, destination address): rows come out in batch order, chunk by chunk.
         wanted: list[tuple[int, int]] = []
         row_bytes = self._row_bytes
         offset = 0
-        for index, feed, width in entries:
+        for index, feed, width, pad in entries:
             n = len(feed.tokens)
             end = offset + n
             batch.tokens[offset:end] = feed.tokens
@@ -296,9 +322,12 @@ class LlamaCppRuntime(ClosedOnExit):
             )
             batch.seq_ids[offset : offset + width] = feed.seq
             batch.outputs[offset : offset + width] = 0
-            offset += width
             if index is None:
-                continue  # a filler: no rows
+                batch.outputs[offset : offset + pad] = 1  # computed, never read
+                offset += width
+                continue  # a filler: no rows of its own
+            batch.outputs[end : end + pad] = 1  # throwaway rows after the real ones
+            offset += width
             if feed.all_rows:
                 batch.outputs[end - n : end] = 1
                 first = end - n
@@ -363,6 +392,49 @@ class LlamaCppRuntime(ClosedOnExit):
                 return []  # a broken or full sequence cannot take a filler: let llama.cpp split
             fillers.append(Feed(seq, [feeds[0].tokens[-1]] * width, start))
         return fillers
+
+    def _logit_padding(
+        self, feeds: Sequence[Feed], widths: list[int], fillers: list[Feed]
+    ) -> tuple[list[int], list[int], list[tuple[Feed, int]]]:
+        """Throwaway logits rows that bring a one-pass step to a count `cheap_logit_rows` likes.
+
+        Returns the feeds' widths (a lone feed may grow), how many of each feed's padding rows
+        ask for logits, and filler feeds on the sequence ids after the fed ones, each with how
+        many of its first rows ask for logits. Like all padding it is exact only on batch-invariant kernels: a row
+        computes the same whatever else is in the pass, and nothing real attends to padding.
+        Steps that llama.cpp would split into several passes anyway are left alone.
+        """
+        pads = [0] * len(feeds)
+        rows = sum(len(feed.tokens) if feed.all_rows else 1 for feed in feeds)
+        missing = cheap_logit_rows(rows) - rows
+        if missing <= 0 or not self.kernels.batch_invariant:
+            return widths, pads, []
+        if len(feeds) == 1 and not fillers:
+            feed = feeds[0]
+            if feed.start + len(feed.tokens) + missing > self._ctx_size:
+                return widths, pads, []
+            return [len(feed.tokens) + missing], [missing], []
+        width = widths[0]
+        if len(set(widths)) != 1 or width > MAX_VERIFY_ROWS:
+            return widths, pads, []
+        fed = sorted([*(feed.seq for feed in feeds), *(filler.seq for filler in fillers)])
+        if fed[-1] - fed[0] + 1 != len(fed):
+            return widths, pads, []  # not one run of ids: llama.cpp splits it anyway
+        for i, feed in enumerate(feeds):  # padding rows already in the batch come first
+            pads[i] = min(width - len(feed.tokens), missing)
+            missing -= pads[i]
+        extra: list[tuple[Feed, int]] = []
+        seq = fed[-1] + 1
+        while missing > 0:
+            if seq >= self._max_sequences:
+                return widths, [0] * len(feeds), []
+            start = self._sequences.held(seq) if seq in self._sequences else 0
+            if start < 0 or start + width > self._ctx_size:
+                return widths, [0] * len(feeds), []
+            extra.append((Feed(seq, [feeds[0].tokens[-1]] * width, start), min(width, missing)))
+            missing -= width
+            seq += 1
+        return widths, pads, extra
 
     def _drop_padding(self, feeds: Sequence[Feed], widths: list[int], fillers: list[Feed]) -> None:
         lib = self._lib
