@@ -398,11 +398,11 @@ METHOD = [
     "configuration's decode-only aggregate in the HTTP run (`--http-raw`): where it says no, "
     "the copy-heavy 1-client target is ≥ 0.95 of the oracle instead. The oracle runs "
     "in-process and llama-server over HTTP, so the comparison flatters the oracle slightly.",
-    "- Verifying a draft's rows in one batch can break a near-tie differently from plain "
-    "decoding (superfluid's default, non-bitexact llama.cpp path); the oracle then has nothing "
-    "left to draft for that request. So the oracle runs up to `--passes` times per run, each "
-    "drafting the previous pass's output, and the last pass is measured; an acceptance or "
-    "output off 100% shows the path still moved.",
+    "- On the served, batch-invariant kernels (ADR 0008) a verify step's rows equal plain "
+    "decoding's, so the oracle's first pass stays on the known path (acceptance 100%). On "
+    "kernels that are not, a near-tie can break differently and the oracle then has nothing "
+    "left to draft for that request; so it runs up to `--passes` times per run, each drafting "
+    "the previous pass's output, and the last pass is measured.",
     "",
 ]
 

@@ -33,7 +33,14 @@ def win_at(policy, lanes):
         policy.record_plain_tick(lanes, committed=lanes, seconds=0.01)
 
 
+def tune(policy, lanes=1):
+    """Finish the depth's learning rounds at `lanes`, which the yield floor does not count."""
+    for _ in range(ROUNDS_BEFORE_TUNING):
+        policy.record_round("learning", lanes, drafted=4, accepted=0)
+
+
 def fail_request(policy, request_id, rounds=24):
+    tune(policy)
     policy.request_started(request_id)
     for _ in range(rounds):
         policy.record_round(request_id, 1, drafted=4, accepted=0)
@@ -84,6 +91,7 @@ def test_a_failed_request_may_no_longer_draft_but_others_may():
     policy = make_policy()
     policy.request_started("bad")
     policy.request_started("fresh")
+    tune(policy, 2)
     for _ in range(24):
         policy.record_round("bad", 2, drafted=4, accepted=0)
     assert policy.request_verdict("bad") is RequestYield.FAILED
@@ -245,3 +253,14 @@ def test_ticks_drafted_at_a_learning_depth_are_not_shown_to_the_throughput_gate(
     five_ticks(tuned)
     assert tuned.gate(1).phase in (Phase.PROBE_SPEC, Phase.PROBE_PLAIN)
     assert tuned.gate(1).spec_sample.ticks == 4  # the first was the warm-up tick
+
+
+def test_rounds_drafted_at_a_learning_depth_do_not_count_for_the_yield_floor():
+    policy = make_policy(SpecSettings(yield_rounds=4))
+    policy.request_started("r")
+    for _ in range(ROUNDS_BEFORE_TUNING):
+        policy.record_round("r", 3, drafted=4, accepted=0)  # lane count 3 is still learning
+    assert policy.request_verdict("r") is RequestYield.MEASURING
+    for _ in range(4):
+        policy.record_round("r", 3, drafted=4, accepted=0)  # now tuned: these count
+    assert policy.request_verdict("r") is RequestYield.FAILED

@@ -10,6 +10,7 @@ from superfluid.application.executor import Executor, TickReport
 from superfluid.application.registration import Registration
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
 from superfluid.application.service import GenerationService, ModelHost
+from superfluid.domain.gates.depth import ROUNDS_BEFORE_TUNING
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.gates.throughput import GateTuning, Phase
 from superfluid.domain.sampling import SamplingParams
@@ -80,6 +81,8 @@ def lose_at(spec, lanes):
 
 
 def fail_request(spec, request_id, rounds):
+    for _ in range(ROUNDS_BEFORE_TUNING):  # the depth's learning rounds: the floor skips them
+        spec.record_round("learning", 1, drafted=4, accepted=0)
     spec.request_started(request_id)
     for _ in range(rounds):
         spec.record_round(request_id, 1, drafted=4, accepted=0)

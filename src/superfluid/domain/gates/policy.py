@@ -212,11 +212,18 @@ class SpecPolicy:
         klass: int = 0,
     ) -> None:
         """One lane's verified round in a tick with `lane_count` lanes, from a draft of match
-        class `klass`."""
-        self._floor.record_round(request_id, drafted, accepted)
+        class `klass`.
+
+        A round drafted while its class still learns its depth (at this lane count) teaches the
+        depth controller only: like its tick for the throughput gate, it is not counted by the
+        yield floor, which would otherwise judge the drafter by the starting depth, and give it
+        up for good, every time a new lane count starts learning (ADR 0013).
+        """
         controller = self.depth(lane_count)
         if drafted and controller.mode_of(klass) is DepthMode.LEARNING:
             self._learning_ticks.add(lane_count)
+        else:
+            self._floor.record_round(request_id, drafted, accepted)
         controller.record_round(drafted, accepted, klass=klass)
 
     def record_spec_tick(
