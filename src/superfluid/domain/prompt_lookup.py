@@ -28,25 +28,22 @@ MATCH_LENGTH_LIMIT = 32
 
 def draft_from_history(history: Sequence[int], k: int) -> list[int]:
     """The reference rule, by a backwards scan."""
-    if k <= 0:
+    source = _source_by_scan(history)
+    if k <= 0 or source is None:
         return []
-    length = len(history)
-    for n in NGRAM_SIZES:
-        if length <= n:
-            continue
-        tail = list(history[length - n :])
-        for i in range(length - n - 1, -1, -1):
-            if list(history[i : i + n]) == tail:
-                draft = list(history[i + n : i + n + k])
-                if draft:
-                    return draft
-                break
-    return []
+    return list(history[source : source + k])
 
 
 def match_length_from_history(history: Sequence[int], limit: int = MATCH_LENGTH_LIMIT) -> int:
     """The reference match length: 0 when nothing is drafted, else how many tokens up to and
     including the matched n-gram equal the tail (by a backwards scan, capped at `limit`)."""
+    source = _source_by_scan(history)
+    return 0 if source is None else _extend_back(history, source, len(history), limit)
+
+
+def _source_by_scan(history: Sequence[int]) -> int | None:
+    """Where the draft starts: just after the most recent earlier occurrence of the tail's last
+    3, else 2, tokens (always inside the history, so the draft is never empty)."""
     length = len(history)
     for n in NGRAM_SIZES:
         if length <= n:
@@ -54,8 +51,8 @@ def match_length_from_history(history: Sequence[int], limit: int = MATCH_LENGTH_
         tail = list(history[length - n :])
         for i in range(length - n - 1, -1, -1):
             if list(history[i : i + n]) == tail:
-                return _extend_back(history, i + n, length, limit)
-    return 0
+                return i + n
+    return None
 
 
 def _extend_back(history: Sequence[int], source_end: int, length: int, limit: int) -> int:
