@@ -473,3 +473,11 @@ def test_each_lane_drafts_as_deep_as_its_drafts_match_class_allows():
     assert all(0 < drafted <= by_class[klass] for klass, drafted, _ in policy.rounds)
     assert {klass for klass, _, _ in policy.rounds} >= {1, 2}
     assert max(drafted for klass, drafted, _ in policy.rounds if klass == 2) > 1
+
+
+def test_a_round_is_reported_under_its_match_class_even_when_every_class_drafts_alike():
+    policy = ClassDepths((4, 4, 4))
+    policy.plan = lambda lane_count: TickPlan(4)  # one depth for all: no per-class depths
+    looping = FakeModel(eos=False)
+    run(FakeRuntime(looping), requests_for(PROMPTS, max_tokens=60), speculate=True, policy=policy)
+    assert {klass for klass, _, _ in policy.rounds} >= {1, 2}

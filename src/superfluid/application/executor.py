@@ -411,9 +411,13 @@ class Executor:
 
     @staticmethod
     def _match_class(lane: _Lane, tick: TickPlan) -> int:
-        """The match class of the lane's next draft; asked only when classes differ in depth."""
+        """The match class of the lane's next draft (0 for a drafter without match lengths).
+
+        Asked whenever the tick speculates, even when every class drafts at one depth: the
+        round is learnt under this class, and a class's learning rounds are kept from the
+        throughput gate and the yield floor."""
         state = lane.draft_state
-        if not tick.by_class or not isinstance(state, MatchedDraftState):
+        if not tick.speculate or not isinstance(state, MatchedDraftState):
             return 0
         return match_class(state.match_length())
 
