@@ -97,21 +97,19 @@ class PromptLookupIndex:
                     latest[tuple(history[start : start + n])] = start
 
     def draft(self, k: int) -> list[int]:
-        if k <= 0:
+        source = self._source()
+        if k <= 0 or source is None:
             return []
-        history = self._history
-        length = len(history)
-        for n, latest in self._latest.items():
-            if length <= n:
-                continue
-            start = latest.get(tuple(history[length - n :]))
-            if start is not None:
-                # Non-empty by construction: start + n < length.
-                return history[start + n : start + n + k]
-        return []
+        return self._history[source : source + k]  # non-empty: the source is inside
 
     def match_length(self, limit: int = MATCH_LENGTH_LIMIT) -> int:
         """The match length behind the draft `draft` would return (0: nothing to draft)."""
+        source = self._source()
+        history = self._history
+        return 0 if source is None else _extend_back(history, source, len(history), limit)
+
+    def _source(self) -> int | None:
+        """Where the draft starts: after the latest earlier occurrence of the last 3, else 2."""
         history = self._history
         length = len(history)
         for n, latest in self._latest.items():
@@ -119,5 +117,5 @@ class PromptLookupIndex:
                 continue
             start = latest.get(tuple(history[length - n :]))
             if start is not None:
-                return _extend_back(history, start + n, length, limit)
-        return 0
+                return start + n
+        return None
