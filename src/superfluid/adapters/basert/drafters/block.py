@@ -39,7 +39,7 @@ import numpy as np
 from superfluid.adapters.basert.bundle import Bundle, BundleError
 from superfluid.adapters.basert.drafters.common import (
     Proposal,
-    Q,
+    ProposingLane,
     config_of,
     kv_lagging,
     open_drafter,
@@ -51,7 +51,6 @@ from superfluid.adapters.basert.layers import F32, linear, rms_norm
 from superfluid.adapters.basert.target import DraftTarget
 from superfluid.application.ports import DraftState
 from superfluid.application.registration import EngineRefusal
-from superfluid.domain.sampling import SamplingParams
 
 MARKOV_TENSORS = ("markov.embed.weight", "markov.proj.weight")
 
@@ -135,19 +134,13 @@ class BlockDrafter:
                 return
 
 
-class _BlockLane:
+class _BlockLane(ProposingLane):
     __slots__ = ("_drafter", "_history", "_seq")
 
     def __init__(self, drafter: BlockDrafter, seq: int, prompt: Sequence[int]) -> None:
         self._drafter = drafter
         self._seq = seq
         self._history = list(prompt)
-
-    def propose(self, k: int) -> list[int]:
-        return self._propose(k, Proposal(None, 0)).tokens
-
-    def propose_sampled(self, k: int, params: SamplingParams, pos: int) -> tuple[list[int], Q]:
-        return self._propose(k, Proposal(params, pos)).sampled()
 
     def commit(self, tokens: Sequence[int]) -> None:
         self._history.extend(tokens)

@@ -139,6 +139,22 @@ class Proposal:
         return self.tokens, np.stack(self.q)
 
 
+class ProposingLane:
+    """A lane's draft state whose greedy and sampled drafts are one `_propose` with a
+    greedy or a sampling `Proposal`."""
+
+    __slots__ = ()
+
+    def propose(self, k: int) -> list[int]:
+        return self._propose(k, Proposal(None, 0)).tokens
+
+    def propose_sampled(self, k: int, params: SamplingParams, pos: int) -> tuple[list[int], Q]:
+        return self._propose(k, Proposal(params, pos)).sampled()
+
+    def _propose(self, k: int, proposal: Proposal) -> Proposal:
+        raise NotImplementedError
+
+
 def kv_lagging(kv: int, history: Sequence[int]) -> bool:
     """Whether the target's KV is not `history` minus its pending token (then draft nothing)."""
     return kv == 0 or kv != len(history) - 1

@@ -25,14 +25,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from superfluid.adapters.basert.bundle import Bundle, BundleError
-from superfluid.adapters.basert.drafters.common import Proposal, Q
+from superfluid.adapters.basert.drafters.common import Proposal, ProposingLane
 from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.target import DraftTarget
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
 from superfluid.application.ports import DraftState
 from superfluid.application.registration import EngineRefusal
-from superfluid.domain.sampling import SamplingParams
 
 _SAME_TOKENIZER = "a draft model must share the target's tokenizer"
 
@@ -83,7 +82,7 @@ class DraftModelDrafter:
         return _DraftLane(self, prompt)
 
 
-class _DraftLane:
+class _DraftLane(ProposingLane):
     """One lane's draft cache: it holds `history[:cache.length]`, then `drafted`."""
 
     __slots__ = ("_cache", "_drafted", "_history", "_model", "_stops")
@@ -95,12 +94,6 @@ class _DraftLane:
         self._history = list(prompt)
         # Draft tokens fed past the history during the last propose (all of it was fed then).
         self._drafted: list[int] = []
-
-    def propose(self, k: int) -> list[int]:
-        return self._propose(k, Proposal(None, 0)).tokens
-
-    def propose_sampled(self, k: int, params: SamplingParams, pos: int) -> tuple[list[int], Q]:
-        return self._propose(k, Proposal(params, pos)).sampled()
 
     def _propose(self, k: int, proposal: Proposal) -> Proposal:
         history, cache = self._history, self._cache

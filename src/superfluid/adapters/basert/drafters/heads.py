@@ -39,7 +39,7 @@ import numpy as np
 from superfluid.adapters.basert.bundle import Bundle, BundleError
 from superfluid.adapters.basert.drafters.common import (
     Proposal,
-    Q,
+    ProposingLane,
     config_of,
     kv_lagging,
     layer_config,
@@ -63,7 +63,6 @@ from superfluid.adapters.basert.model_config import ModelConfig
 from superfluid.adapters.basert.target import DraftTarget
 from superfluid.application.ports import DraftState
 from superfluid.application.registration import EngineRefusal
-from superfluid.domain.sampling import SamplingParams
 
 #: (residual stream, attention input or None for `attn_norm(residual)`) for the head's layer.
 LayerInput = tuple[F32, F32 | None]
@@ -195,7 +194,7 @@ class HeadDrafter:
         return _HeadLane(self, seq, prompt)
 
 
-class _HeadLane:
+class _HeadLane(ProposingLane):
     """One lane: the head's cache over the target's committed positions, then a draft chain."""
 
     __slots__ = ("_cache", "_drafter", "_history", "_last", "_real", "_seq")
@@ -207,12 +206,6 @@ class _HeadLane:
         self._cache = KVCache(drafter.head.config, drafter.head.context_size)
         self._real = 0  # cache positions fed from the target's hidden states
         self._last: F32 | None = None  # the head's output at position _real - 1
-
-    def propose(self, k: int) -> list[int]:
-        return self._propose(k, Proposal(None, 0)).tokens
-
-    def propose_sampled(self, k: int, params: SamplingParams, pos: int) -> tuple[list[int], Q]:
-        return self._propose(k, Proposal(params, pos)).sampled()
 
     def commit(self, tokens: Sequence[int]) -> None:
         self._history.extend(tokens)
