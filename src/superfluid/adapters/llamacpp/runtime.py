@@ -387,11 +387,20 @@ class LlamaCppRuntime(ClosedOnExit):
             return []
         fillers = []
         for seq in gaps:
-            start = self._sequences.held(seq) if seq in self._sequences else 0
-            if start < 0 or start + width > self._ctx_size:
-                return []  # a broken or full sequence cannot take a filler: let llama.cpp split
-            fillers.append(Feed(seq, [feeds[0].tokens[-1]] * width, start))
+            filler = self._throwaway_feed(seq, width, feeds[0].tokens[-1])
+            if filler is None:
+                return []  # let llama.cpp split the step
+            fillers.append(filler)
         return fillers
+
+    def _throwaway_feed(self, seq: int, width: int, token: int) -> Feed | None:
+        """`width` copies of `token` appended to a sequence no lane feeds this step (after what
+        it holds, or at 0 when it is free), to be cut off after the decode; None when the
+        sequence is broken or has no room."""
+        start = self._sequences.held(seq) if seq in self._sequences else 0
+        if start < 0 or start + width > self._ctx_size:
+            return None
+        return Feed(seq, [token] * width, start)
 
     def _logit_padding(
         self, feeds: Sequence[Feed], widths: list[int], fillers: list[Feed]
@@ -426,12 +435,12 @@ class LlamaCppRuntime(ClosedOnExit):
         extra: list[tuple[Feed, int]] = []
         seq = fed[-1] + 1
         while missing > 0:
-            if seq >= self._max_sequences:
+            filler = None
+            if seq < self._max_sequences:
+                filler = self._throwaway_feed(seq, width, feeds[0].tokens[-1])
+            if filler is None:
                 return widths, [0] * len(feeds), []
-            start = self._sequences.held(seq) if seq in self._sequences else 0
-            if start < 0 or start + width > self._ctx_size:
-                return widths, [0] * len(feeds), []
-            extra.append((Feed(seq, [feeds[0].tokens[-1]] * width, start), min(width, missing)))
+            extra.append((filler, min(width, missing)))
             missing -= width
             seq += 1
         return widths, pads, extra
