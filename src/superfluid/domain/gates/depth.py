@@ -257,6 +257,6 @@ class DepthController:
             neighbour = at - 1 if deeper else at + 1
         return choices[min(max(neighbour, 0), len(choices) - 1)]
 
-    def depths(self) -> tuple[int, ...]:
-        """What `choose` answers for each match class."""
-        return tuple(self.choose(klass) for klass in range(MATCH_CLASSES))
+    def depths(self, classes: int = MATCH_CLASSES) -> tuple[int, ...]:
+        """What `choose` answers for each of the first `classes` match classes."""
+        return tuple(self.choose(klass) for klass in range(classes))

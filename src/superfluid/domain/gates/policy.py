@@ -126,7 +126,7 @@ class SpecPolicy:
         gate = self.gate(lane_count)
         if gate is not None and not gate.speculate:
             return PLAIN
-        depths = self.depth(lane_count).depths()[: self.match_classes]
+        depths = self.depth(lane_count).depths(self.match_classes)
         deepest = max(depths)
         if deepest == 0:
             return PLAIN  # no class drafts at this lane count (until exploration tries one)
@@ -178,7 +178,7 @@ class SpecPolicy:
             views.append(
                 LaneCountState(
                     lane_count,
-                    max(depth.depths()[: self.match_classes])
+                    max(depth.depths(self.match_classes))
                     if depth is not None
                     else self.default_depth,
                     gate.phase if gate is not None else None,
