@@ -341,7 +341,11 @@ def _temperature(raw: str | None) -> float | None:
 
 def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not the default 0: asyncio turns Nagle's algorithm off only on connections
+    # of a socket that names its protocol. With Nagle on, a reply's body written after its
+    # headers waits for the client's delayed ACK (40 ms on Linux) on kept-alive connections:
+    # every first streamed token came late by that much.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
