@@ -28,10 +28,10 @@ MATCH_LENGTH_LIMIT = 32
 
 def draft_from_history(history: Sequence[int], k: int) -> list[int]:
     """The reference rule, by a backwards scan."""
-    source = _source_by_scan(history)
-    if k <= 0 or source is None:
+    if k <= 0:
         return []
-    return list(history[source : source + k])
+    source = _source_by_scan(history)
+    return [] if source is None else list(history[source : source + k])
 
 
 def match_length_from_history(history: Sequence[int], limit: int = MATCH_LENGTH_LIMIT) -> int:
@@ -97,10 +97,11 @@ class PromptLookupIndex:
                     latest[tuple(history[start : start + n])] = start
 
     def draft(self, k: int) -> list[int]:
-        source = self._source()
-        if k <= 0 or source is None:
+        if k <= 0:
             return []
-        return self._history[source : source + k]  # non-empty: the source is inside
+        source = self._source()
+        # Non-empty: the source is inside the history.
+        return [] if source is None else self._history[source : source + k]
 
     def match_length(self, limit: int = MATCH_LENGTH_LIMIT) -> int:
         """The match length behind the draft `draft` would return (0: nothing to draft)."""

@@ -409,9 +409,10 @@ class LlamaCppRuntime(ClosedOnExit):
 
         Returns the feeds' widths (a lone feed may grow), how many of each feed's padding rows
         ask for logits, and filler feeds on the sequence ids after the fed ones, each with how
-        many of its first rows ask for logits. Like all padding it is exact only on batch-invariant kernels: a row
-        computes the same whatever else is in the pass, and nothing real attends to padding.
-        Steps that llama.cpp would split into several passes anyway are left alone.
+        many of its first rows ask for logits. Like all padding it is exact only on
+        batch-invariant kernels: a row computes the same whatever else is in the pass, and
+        nothing real attends to padding. Steps that llama.cpp would split into several passes
+        anyway are left alone.
         """
         pads = [0] * len(feeds)
         rows = sum(len(feed.tokens) if feed.all_rows else 1 for feed in feeds)
