@@ -8,12 +8,15 @@ Drives each server over HTTP with the official `openai` client, streaming, on co
 open-ended and multi-turn workloads, greedy at 1, 2, 4 and 8 concurrent clients and T=0.7 at 1,
 2 and 4 (multi-turn: greedy sessions at 1 and 4 clients), and compares with a raw greedy
 `llama_decode` loop in-process (the serving-overhead floor). superfluid auto and off are up
-together and measured run by run, alternately; llama-cpp-python's server runs on its own, and
-so does llama-server, once per configuration (plain, `--spec-default`, n-gram speculators) and
-client count (`-np` = clients). `--systems` and `--workloads` limit a run; a `--systems` entry
-ending in `*` is a prefix (`'llama-server*'`: every llama-server configuration). A default full
-run takes roughly 80–90 minutes on 2 cores: about 30 for superfluid (multi-turn included) and
-llama-cpp-python, about 13 per llama-server configuration (four by default). Afterwards,
+together and measured run by run; beside them at each client count run llama-server's
+configurations (plain, `--spec-default`, n-gram speculators), a server each per client count
+(`-np` = clients), every run walking the servers forwards, the next backwards, so a ratio
+compares runs seconds apart. llama-cpp-python's server runs on its own, as does llama-server
+at a client count superfluid is not measured at. `--systems` and `--workloads` limit a run; a
+`--systems` entry ending in `*` is a prefix (`'llama-server*'`: every llama-server
+configuration). A default full run takes roughly 80–90 minutes on 2 cores: about 30 for
+superfluid (multi-turn included) and llama-cpp-python, about 13 per llama-server configuration
+(four by default). Afterwards,
 `python -m bench.oracle_ceiling` reads its raw JSON for the ceiling's report (oracle.md).
 Reports end-to-end rates (prefill included) and decode-only rates (after the first content
 chunk). Writes `README.md` (tables, targets, machine, commands), `throughput.png` and
@@ -452,7 +455,11 @@ async def group_cells(
     workload: Workload,
     temperature: float,
     counts: tuple[int, ...],
+    primed: set[str] | None = None,
 ) -> list[Cell]:
+    """The cells of `servers`, all up, at each of `counts`; `primed` holds the servers that
+    already answered their untimed request (and gains the ones primed here)."""
+    primed = set() if primed is None else primed
     most = max(counts)
     sides = [
         Side(
@@ -465,9 +472,12 @@ async def group_cells(
     ]
     try:
         for side in sides:
+            if side.base in primed:
+                continue
             # One untimed request: the first decode of a fresh server allocates its graphs.
             primer = dataclasses.replace(side.request, max_tokens=16)
             await one_round(side.client, workload, primer, 1, 0)
+            primed.add(side.base)
         return await measured_cells(args, sides, workload, counts)
     finally:
         for side in sides:
@@ -518,28 +528,45 @@ def served_cells(
     commands: dict[str, str],
     counts: tuple[int, ...],
     suffix: str = "",
+    beside: dict[int, tuple[str, ...]] | None = None,
 ) -> list[Cell]:
     """Start the systems' servers side by side (an idle one uses no CPU: its llama.cpp threads
-    sleep between requests), measure their cells together, stop them."""
+    sleep between requests), measure their cells together, stop them.
+
+    `beside` names, per client count, llama-server configurations to measure with them: each
+    is a server of its own per client count (`-np` = clients), started next to the systems'
+    servers for that count's cells and stopped after them, so that its runs interleave with
+    superfluid's as auto's and off's do."""
     if not counts:
         return []
     group = f"{workload.name}-T{temperature:g}"
+
+    def start(system: str, slots: int, stack: contextlib.ExitStack) -> tuple[ServerSpec, str]:
+        # Single-turn prompts repeat only because the bench repeats them: no reuse there
+        # (llama-server's prompt cache is off for them too), reuse on multi-turn.
+        spec = server_for(args, system, model, group, slots, workload.multi_turn)
+        commands[system] = spec.shown().replace(f"-np {slots}", "-np <clients>")
+        if is_llama_server(system):
+            commands[system] = commands[system].replace(
+                f"--ctx-size {args.ctx_size * slots}",
+                f"--ctx-size <{args.ctx_size} × clients>",
+            )
+        name = f"{system.replace(' ', '-')}-{group}-{slots}{suffix}.log"
+        return spec, stack.enter_context(running(spec, args.log_dir / name))
+
     with contextlib.ExitStack() as stack:
-        servers = []
-        for system in systems:
-            # Single-turn prompts repeat only because the bench repeats them: no reuse there
-            # (llama-server's prompt cache is off for them too), reuse on multi-turn.
-            spec = server_for(args, system, model, group, max(counts), workload.multi_turn)
-            commands[system] = spec.shown().replace(f"-np {max(counts)}", "-np <clients>")
-            if is_llama_server(system):
-                commands[system] = commands[system].replace(
-                    f"--ctx-size {args.ctx_size * max(counts)}",
-                    f"--ctx-size <{args.ctx_size} × clients>",
+        servers = [start(system, max(counts), stack) for system in systems]
+        if not beside or not any(beside.values()):
+            return asyncio.run(group_cells(args, servers, workload, temperature, counts))
+        cells: list[Cell] = []
+        primed: set[str] = set()
+        for clients in counts:
+            with contextlib.ExitStack() as peers:
+                here = [start(peer, clients, peers) for peer in beside.get(clients, ())]
+                cells += asyncio.run(
+                    group_cells(args, servers + here, workload, temperature, (clients,), primed)
                 )
-            name = f"{system.replace(' ', '-')}-{group}-{max(counts)}{suffix}.log"
-            log_path = args.log_dir / name
-            servers.append((spec, stack.enter_context(running(spec, log_path))))
-        return asyncio.run(group_cells(args, servers, workload, temperature, counts))
+        return cells
 
 
 #: Set by `measure`: what went wrong with a server group that was then left out.
@@ -554,6 +581,7 @@ def attempt(
     temperature: float,
     commands: dict[str, str],
     counts: tuple[int, ...],
+    beside: dict[int, tuple[str, ...]] | None = None,
 ) -> list[Cell]:
     """`served_cells`, tried again once with fresh servers if a server fails (a long run on a
     shared machine should not be lost to one crash or stray signal); left out, and noted in the
@@ -562,14 +590,32 @@ def attempt(
         try:
             suffix = "" if tries == 1 else "-retry"  # the failed try's log stays
             return served_cells(
-                args, model, systems, workload, temperature, commands, counts, suffix
+                args, model, systems, workload, temperature, commands, counts, suffix, beside
             )
         except (openai.APIConnectionError, openai.APIStatusError, ServerFailed) as error:
-            what = f"{', '.join(systems)} on {workload.name} T={temperature:g} {counts} client(s)"
+            everyone = [*systems, *sorted({p for ps in (beside or {}).values() for p in ps})]
+            what = f"{', '.join(everyone)} on {workload.name} T={temperature:g} {counts} client(s)"
             log(f"{what}: {type(error).__name__}: {error}" + ("; again" if tries == 1 else ""))
             if tries == 2:
                 FAILURES.append(f"{what} left out after two failures: {type(error).__name__}")
     return []
+
+
+def peers_beside(
+    args: argparse.Namespace,
+    peers: list[str],
+    temperature: float,
+    workload: Workload,
+    counts: tuple[int, ...],
+) -> dict[int, tuple[str, ...]]:
+    """For each of superfluid's client counts, the llama-server configurations measured at it
+    too (`--llama-server-clients`), to be run beside superfluid there."""
+    return {
+        clients: tuple(
+            peer for peer in peers if clients in client_counts(args, peer, temperature, workload)
+        )
+        for clients in counts
+    }
 
 
 def measure(args: argparse.Namespace, model: Path) -> tuple[list[Cell], dict[str, str]]:
@@ -583,27 +629,40 @@ def measure(args: argparse.Namespace, model: Path) -> tuple[list[Cell], dict[str
                 f"(in-process) bench/raw_loop.py, n_ctx {args.ctx_size}, {args.threads} threads"
             )
         for temperature in args.temperatures:
-            # superfluid off and auto together, run by run: the pair a ratio compares is
-            # measured seconds apart. Off first: run 0 of a cell goes off, auto; run 1 auto, off.
+            peers = (
+                [s for s in LLAMA_SERVERS if s in args.systems]
+                if temperature in args.llama_server_temperatures
+                else []
+            )
+            # superfluid off and auto together, run by run, and beside them at each client count
+            # the llama-server configurations measured at that count: the runs a ratio compares
+            # are measured seconds apart. Run 0 of a cell walks the servers forwards, run 1
+            # backwards, and so on.
             superfluid = [system for system in (PLAIN, AUTO) if system in args.systems]
+            counts: tuple[int, ...] = ()
             if superfluid:
                 counts = client_counts(args, PLAIN, temperature, workload)
-                cells += attempt(args, model, superfluid, workload, temperature, commands, counts)
+                beside = peers_beside(args, peers, temperature, workload, counts)
+                cells += attempt(
+                    args, model, superfluid, workload, temperature, commands, counts, beside
+                )
             if (
                 LLAMACPP in args.systems
                 and temperature in args.llamacpp_temperatures
                 and not workload.multi_turn  # it does not stream usage: no TTFT to report
             ):
-                counts = client_counts(args, LLAMACPP, temperature, workload)
-                cells += attempt(args, model, [LLAMACPP], workload, temperature, commands, counts)
-            if temperature not in args.llama_server_temperatures:
-                continue
-            for system in (s for s in LLAMA_SERVERS if s in args.systems):
-                # A server per client count: `-np` = clients, each slot --ctx-size tokens.
+                llamacpp_counts = client_counts(args, LLAMACPP, temperature, workload)
+                cells += attempt(
+                    args, model, [LLAMACPP], workload, temperature, commands, llamacpp_counts
+                )
+            for system in peers:
+                # A server per client count: `-np` = clients, each slot --ctx-size tokens. The
+                # counts superfluid was measured at are done; the others run on their own.
                 for clients in client_counts(args, system, temperature, workload):
-                    cells += attempt(
-                        args, model, [system], workload, temperature, commands, (clients,)
-                    )
+                    if clients not in counts:
+                        cells += attempt(
+                            args, model, [system], workload, temperature, commands, (clients,)
+                        )
     return cells, commands
 
 
@@ -666,6 +725,7 @@ def main(argv: list[str] | None = None) -> None:
         threads=args.threads,
         quick=args.quick,
         interleaved=True,
+        peers_interleaved=True,
         llama_server_clients=args.llama_server_clients,
         llama_server_temperatures=args.llama_server_temperatures,
         session_clients=args.session_clients,

@@ -682,7 +682,11 @@ def markdown(
 
 def method(settings: Settings) -> list[str]:
     servers = INTERLEAVED if settings.interleaved else ONE_AT_A_TIME
-    return [*METHOD[:3], servers, *METHOD[3:]]
+    rest = METHOD[3:]
+    if settings.peers_interleaved:
+        servers += PEERS_INTERLEAVED
+        rest = [line.replace(LLAMA_SERVER_ALONE, LLAMA_SERVER_BESIDE) for line in rest]
+    return [*METHOD[:3], servers, *rest]
 
 
 # How runs saved before the servers were interleaved were measured.
@@ -705,6 +709,20 @@ INTERLEAVED = (
     "llama-cpp-python's server is started on its own after the pair, and the raw loop runs "
     "in-process before the servers of each workload. Every server answers one untimed request "
     "before its first cell."
+)
+
+# Since llama-server was measured beside superfluid's pair (`Settings.peers_interleaved`).
+PEERS_INTERLEAVED = (
+    " **llama-server interleaved too.** At each client count, llama-server's configurations "
+    "are started beside the pair (a server each, `-np` = clients) and join the same runs: run "
+    "*r* walks every server in turn, off, auto, then each configuration, and run *r* + 1 walks "
+    "them backwards, so a drift in the machine's speed over a cell falls on every system alike "
+    "and a ratio against llama-server also compares runs seconds apart. Idle llama-server "
+    "processes sleep as superfluid's do. They are stopped after that count's cells."
+)
+LLAMA_SERVER_ALONE = "One server per configuration and client count, on its own, with"
+LLAMA_SERVER_BESIDE = (
+    "One server per configuration and client count, up beside superfluid's pair (see above), with"
 )
 
 METHOD = [

@@ -185,6 +185,9 @@ class Settings:
     llama_server_clients: tuple[int, ...] = ()
     llama_server_temperatures: tuple[float, ...] = ()
     session_clients: tuple[int, ...] = ()  # client counts of the multi-turn workload
+    # llama-server measured run by run beside superfluid's pair (False in runs saved before:
+    # it ran on its own, after the pair)
+    peers_interleaved: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,15 @@ answering the harness with the prompt superfluid renders."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
 import pytest
-from bench.http_bench import LLAMA_SERVER_EXTRA, parse_args
+from bench import http_bench
+from bench.http_bench import LLAMA_SERVER_EXTRA, parse_args, peers_beside
 from bench.http_load import Request, client_for, one_round
-from bench.http_results import LLAMA_SERVERS, is_llama_server
+from bench.http_results import AUTO, LLAMA_SERVERS, PLAIN, is_llama_server
 from bench.http_servers import llama_server_binary, llama_server_spec, running
 from bench.http_workloads import COPY_HEAVY, MULTI_TURN
 from bench.oracle_ceiling import FixedDepth, OracleDrafter, OracleState, run_round
@@ -73,6 +75,64 @@ def test_a_multi_turn_session_tags_its_first_line_only():
     assert MULTI_TURN.first_line(variant, 2, 1).startswith("Session 2.1: ")
     assert len(variant.follow_ups) == 3
     assert COPY_HEAVY.first_line(variant, 2, 1) == variant.text
+
+
+def test_llama_server_runs_beside_superfluid_at_the_counts_both_are_measured_at():
+    args = parse_args(["--systems", "superfluid*,llama-server*", "--llama-server", __file__])
+    peers = list(LLAMA_SERVERS)
+    beside = peers_beside(args, peers, 0.0, COPY_HEAVY, (1, 2, 4, 8))
+    assert beside == {clients: tuple(peers) for clients in (1, 2, 4, 8)}
+    args = parse_args(["--llama-server-clients", "1,4", "--llama-server", __file__])
+    beside = peers_beside(args, peers[:2], 0.0, COPY_HEAVY, (1, 2, 4, 8))
+    assert beside == {1: tuple(peers[:2]), 2: (), 4: tuple(peers[:2]), 8: ()}
+    # Multi-turn runs at the session client counts, for every system alike.
+    args = parse_args(["--session-clients", "1,4", "--llama-server", __file__])
+    assert peers_beside(args, peers[:1], 0.0, MULTI_TURN, (1, 4)) == {
+        1: (peers[0],),
+        4: (peers[0],),
+    }
+
+
+def test_peers_start_per_client_count_beside_the_pair_and_share_its_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    events: list[tuple[str, ...]] = []
+
+    @contextlib.contextmanager
+    def fake_running(spec, log_path, **_):
+        slots = spec.argv[spec.argv.index("-np") + 1] if "-np" in spec.argv else "-"
+        events.append(("start", spec.system, slots))
+        yield f"http://{spec.system.replace(' ', '-')}-{slots}"
+        events.append(("stop", spec.system, slots))
+
+    async def fake_group_cells(args, servers, workload, temperature, counts, primed=None):
+        events.append(("measure", *sorted(spec.system for spec, _ in servers), str(counts)))
+        return []
+
+    monkeypatch.setattr(http_bench, "running", fake_running)
+    monkeypatch.setattr(http_bench, "group_cells", fake_group_cells)
+    args = parse_args(["--llama-server", __file__, "--log-dir", str(tmp_path)])
+    plain, spec_default = LLAMA_SERVERS[0], LLAMA_SERVERS[1]
+    beside = {1: (plain, spec_default), 4: (plain,)}
+    systems = [PLAIN, AUTO]
+    http_bench.served_cells(
+        args, tmp_path / "m.gguf", systems, COPY_HEAVY, 0.0, {}, (1, 4), beside=beside
+    )
+    pair = sorted(systems)
+    assert events == [
+        ("start", PLAIN, "-"),
+        ("start", AUTO, "-"),
+        ("start", plain, "1"),
+        ("start", spec_default, "1"),
+        ("measure", *sorted([*pair, plain, spec_default]), "(1,)"),
+        ("stop", spec_default, "1"),
+        ("stop", plain, "1"),
+        ("start", plain, "4"),
+        ("measure", *sorted([*pair, plain]), "(4,)"),
+        ("stop", plain, "4"),
+        ("stop", AUTO, "-"),
+        ("stop", PLAIN, "-"),
+    ]
 
 
 # -- llama-server, where it is built -----------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -223,6 +224,18 @@ def test_the_method_says_how_the_runs_were_measured():
     assert "**superfluid auto and off interleaved.**" in page
     assert "**Streaming, TTFT and the two rates.**" in page
     assert "**One server at a time.**" not in page
+
+
+def test_the_method_says_whether_llama_server_ran_beside_superfluid():
+    before = markdown(synthetic_results())
+    assert "**llama-server interleaved too.**" not in before
+    assert "One server per configuration and client count, on its own" in before
+    results = synthetic_results()
+    settings = dataclasses.replace(results.settings, peers_interleaved=True)
+    page = markdown(dataclasses.replace(results, settings=settings))
+    assert "**llama-server interleaved too.**" in page
+    assert "One server per configuration and client count, on its own" not in page
+    assert "client count, up beside superfluid's pair" in page
 
 
 def test_the_report_names_the_machine_the_commands_and_the_plot():
