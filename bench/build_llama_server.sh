@@ -1,8 +1,9 @@
 #!/bin/sh
 # Build llama.cpp's own `llama-server` (the peer bench/http_bench.py measures superfluid against)
-# once, from the llama.cpp tree vendored in the sdist of the llama-cpp-python version the project
-# pins, with the same portable CPU flags scripts/install.sh builds the wheel with. The binary is
-# cached outside the repo and reused:
+# once, from the same patched llama.cpp tree scripts/install.sh builds the wheel from
+# (scripts/llama_cpp_source.sh) and with the same portable CPU flags. The patches change no default
+# (GGML_CPU_FA_TILED is unset here), so the peer runs llama.cpp's own kernels. The binary is cached
+# outside the repo and reused:
 #   ${XDG_CACHE_HOME:-~/.cache}/superfluid/llama-server-<version>-<flagshash>/bin/llama-server
 #
 #   bench/build_llama_server.sh           build if absent, print the binary's path
@@ -11,11 +12,10 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-LLAMA_CPP_VERSION=$(sed -n 's/^LLAMA_CPP_VERSION=//p' scripts/install.sh)
-[ -n "$LLAMA_CPP_VERSION" ] || { echo "no LLAMA_CPP_VERSION in scripts/install.sh" >&2; exit 1; }
+LLAMA_CPP_VERSION=$(sh scripts/llama_cpp_source.sh version)
 CPU_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
 SERVER_FLAGS="-DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release"
-key=$(printf '%s %s %s' "$LLAMA_CPP_VERSION" "$CPU_FLAGS" "$SERVER_FLAGS" | cksum | cut -d' ' -f1)
+key=$(printf '%s %s %s' "$(sh scripts/llama_cpp_source.sh key)" "$CPU_FLAGS" "$SERVER_FLAGS" | cksum | cut -d' ' -f1)
 dest="${XDG_CACHE_HOME:-$HOME/.cache}/superfluid/llama-server-$LLAMA_CPP_VERSION-$key"
 binary="$dest/bin/llama-server"
 
@@ -25,11 +25,8 @@ if [ -x "$binary" ]; then echo "$binary"; exit 0; fi
 PYTHON=${PYTHON:-python3}
 work="$dest.tmp"
 rm -rf "$work" && mkdir -p "$work"
-echo "building llama-server from llama-cpp-python $LLAMA_CPP_VERSION's vendored llama.cpp (about 10 min on 2 cores, once)" >&2
-"$PYTHON" -m pip download --quiet --no-binary :all: --no-deps \
-  "llama-cpp-python==$LLAMA_CPP_VERSION" -d "$work/sdist"
-tar -xzf "$work"/sdist/llama_cpp_python-*.tar.gz -C "$work"
-src=$(ls -d "$work"/llama_cpp_python-*/vendor/llama.cpp)
+echo "building llama-server from llama-cpp-python $LLAMA_CPP_VERSION's patched llama.cpp (about 10 min on 2 cores, once)" >&2
+src=$(PYTHON="$PYTHON" sh scripts/llama_cpp_source.sh fetch "$work")/vendor/llama.cpp
 # shellcheck disable=SC2086  # the flag lists are meant to split
 cmake -S "$src" -B "$work/build" $CPU_FLAGS $SERVER_FLAGS >"$work/cmake.log" 2>&1 \
   || { tail -40 "$work/cmake.log" >&2; exit 1; }
