@@ -8,6 +8,7 @@ skips these tests with the reason; in CI it fails them.
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -384,3 +385,55 @@ def test_three_plain_lanes_get_a_throwaway_fourth_row_that_changes_nothing(
         fourth_last = int(rt._lib.llama_memory_seq_pos_max(rt._mem, seqs[3]))
         assert [rt.length(s) for s in seqs[:3]] == [63, 53, 43]
         assert fourth_last == (29 if fourth == "parked" else -1)
+
+
+def test_the_installed_llama_cpp_carries_the_tiled_attention_patch(
+    runtime: LlamaCppRuntime,
+) -> None:
+    # scripts/install.sh builds llama.cpp with scripts/patches/; without them models fall back
+    # to a BF16 cache (exact, slow to prefill), and every row test below would still pass.
+    from superfluid.adapters.llamacpp.kernels import BATCH_INVARIANT, has_tiled_attention
+    from superfluid.adapters.llamacpp.native import llama
+
+    assert has_tiled_attention(llama()), "llama-cpp-python was built without scripts/patches/"
+    assert runtime.kernels == BATCH_INVARIANT
+
+
+# 65 rows: the deepest verify step issue 23 opens, and past llama.cpp's 64-query switch to its
+# tiled attention; 8 lanes: one step carrying as many lanes as the server runs by default.
+@pytest.mark.parametrize(("lanes", "rows"), [(1, 65), (8, 9)], ids=["65-rows", "8-lanes"])
+def test_deep_and_wide_steps_past_512_cells_equal_plain_rows(
+    demo_model: Path, lanes: int, rows: int
+) -> None:
+    with LlamaCppRuntime.load(demo_model, ctx_size=1024, max_sequences=lanes) as rt:
+        text = rt.tokenize((PROMPT + DRAFT) * 60, add_special=True)
+        held = [700 - 3 * i for i in range(lanes)]
+        seqs = [rt.new_sequence() for _ in held]
+        for seq, n in zip(seqs, held, strict=True):
+            rt.step([Feed(seq, text[:n], 0)])
+        plain = [
+            _one_at_a_time(rt, seqs[i], held[i], text[held[i] : held[i] + rows]) for i in (0, -1)
+        ]
+        packed = rt.step(
+            [Feed(s, text[n : n + rows], n, all_rows=True) for s, n in zip(seqs, held, strict=True)]
+        )
+    np.testing.assert_array_equal(packed[0], plain[0])
+    np.testing.assert_array_equal(packed[-1], plain[1])
+
+
+def test_a_1000_token_prompt_computes_the_same_however_it_is_split(demo_model: Path) -> None:
+    # A reused prefix was prefilled in other pieces than a fresh prompt: its KV must not care.
+    with LlamaCppRuntime.load(demo_model, ctx_size=1100, max_sequences=2) as rt:
+        text = rt.tokenize((PROMPT + DRAFT) * 80, add_special=True)[:1010]
+        prompt, after = text[:1000], text[1000:1004]
+        whole = rt.new_sequence()
+        last = rt.step([Feed(whole, prompt, 0)])[0][-1]
+        expected = _one_at_a_time(rt, whole, 1000, after)
+        for cuts in ([1, 600], [63, 64, 129], [511, 999]):
+            split = rt.new_sequence()
+            bounds = [0, *cuts, 1000]
+            for start, end in itertools.pairwise(bounds):
+                row = rt.step([Feed(split, prompt[start:end], start)])[0][-1]
+            np.testing.assert_array_equal(row, last, err_msg=f"split at {cuts}")
+            np.testing.assert_array_equal(_one_at_a_time(rt, split, 1000, after), expected)
+            rt.free_sequence(split)

@@ -9,7 +9,7 @@ first piece and the longer ones go on in further pieces.
 
 A step is one `llama_decode` whenever its tokens fit in `n_batch` (512); longer prefills are
 split into several decodes, in order, and the rows are gathered as each decode finishes. The
-kernels are batch-invariant (`kernels.BATCH_INVARIANT`), so how a step is split changes no row.
+kernels are batch-invariant (`kernels.served_kernels`), so how a step is split changes no row.
 
 Cutting. `llama_memory_seq_rm` removes a sequence's tail, but its boolean result is not to be
 trusted (a sliding-window cache says yes and keeps a wrong window), so every cut is checked
@@ -35,10 +35,10 @@ from superfluid.adapters.closing import ClosedOnExit
 from superfluid.adapters.llamacpp.batch import PackedBatch
 from superfluid.adapters.llamacpp.chat_template import ChatTemplate, select_chat_template
 from superfluid.adapters.llamacpp.kernels import (
-    BATCH_INVARIANT,
     KernelConflict,
     Kernels,
     apply_process_switches,
+    served_kernels,
 )
 from superfluid.adapters.llamacpp.native import c_string, llama, model_meta
 from superfluid.adapters.llamacpp.vocab import Vocabulary
@@ -144,12 +144,12 @@ class LlamaCppRuntime(ClosedOnExit):
         max_sequences: int = 4,
         swa_full: bool = True,
         n_threads: int | None = None,
-        kernels: Kernels = BATCH_INVARIANT,
+        kernels: Kernels | None = None,
     ) -> LlamaCppRuntime:
         """Load a GGUF file: `max_sequences` lanes of `ctx_size` positions each.
 
         `kernels` is for the benchmarks that measure other configurations; a served model always
-        runs on the batch-invariant ones.
+        runs on batch-invariant ones (`served_kernels`: F16 with the patch, else BF16).
         """
         path = Path(path).expanduser()
         if not path.is_file():
@@ -157,8 +157,9 @@ class LlamaCppRuntime(ClosedOnExit):
         if ctx_size < 1 or max_sequences < 1:
             raise ValueError("ctx_size and max_sequences must be positive")
         lib = llama()
+        kernels = kernels or served_kernels(lib)
         try:
-            apply_process_switches(kernels)
+            apply_process_switches(lib, kernels)
         except KernelConflict as exc:
             raise ModelLoadError(f"{path}: {exc}") from exc
         mparams = lib.llama_model_default_params()
