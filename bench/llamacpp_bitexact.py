@@ -5,10 +5,11 @@ bit for bit, the rows one-at-a-time decoding computes. For each candidate config
 knob away from the served one, plus llama.cpp's defaults) this checks, after a short context
 and after one past 512 KV cells:
 
-- rows: N tokens fed at once against the same tokens fed one at a time, N = 1..16;
+- rows: N tokens fed at once against the same tokens fed one at a time, N = 1..16, 31..33 and
+  63..65 (llama.cpp's attention switches kernels at 64 queries);
 - prefill: the last row of a whole prompt fed in one step (512-token decodes) against the
   one-at-a-time row;
-- lanes: the rows of 1, 4 and 9 tokens packed with 1 or 3 other lanes against alone;
+- lanes: the rows of 1, 4, 9 and 65 tokens packed with 1, 3 or 7 other lanes against alone;
 - cells: a lane whose neighbour cut its tail (freeing cells) against the lane alone.
 
 Each candidate runs in a subprocess, since llama.cpp's tiled-matmul switch is per process.
@@ -31,7 +32,7 @@ import numpy as np
 from superfluid.adapters.llamacpp import LlamaCppRuntime, demo_model_path
 from superfluid.adapters.llamacpp.kernels import (
     BATCH_INVARIANT,
-    GGML_TYPE_F16,
+    BF16_BATCH_INVARIANT,
     LLAMACPP_DEFAULT,
     Kernels,
 )
@@ -44,15 +45,18 @@ PROMPT = (
 CONTINUATION = (
     " In the summer the children swim near the bridge while the miller mends nets and sings"
 )
-MAX_N = 16
+MAX_N = 65
+ROWS_CHECKED = [*range(1, 17), 31, 32, 33, 63, 64, 65]
+OTHER_LANES = 7
 # Past 512 KV cells a one-token decode on several threads takes llama.cpp's split-KV path.
 LONG = 700
 
 CANDIDATES: dict[str, Kernels] = {
     "served (batch-invariant)": BATCH_INVARIANT,
+    "BF16 KV cache (unpatched llama.cpp)": BF16_BATCH_INVARIANT,
+    "F16 KV cache, stock attention": dataclasses.replace(BATCH_INVARIANT, tiled_attention=False),
     "tiled K-quant matmul on": dataclasses.replace(BATCH_INVARIANT, tiled_kquants=True),
     "repacked weights": dataclasses.replace(BATCH_INVARIANT, repack_weights=True),
-    "F16 KV cache": dataclasses.replace(BATCH_INVARIANT, kv_type=GGML_TYPE_F16),
     "one unified KV cache": dataclasses.replace(BATCH_INVARIANT, stream_per_sequence=False),
     "llama.cpp defaults": LLAMACPP_DEFAULT,
 }
@@ -67,15 +71,15 @@ def one_at_a_time(rt: LlamaCppRuntime, seq: int, held: int, tokens: list[int]) -
 def check(rt: LlamaCppRuntime, prompt: list[int], tokens: list[int]) -> dict[str, object]:
     held = len(prompt)
     # The other lanes' cells come first, so cells they free lie before this lane's.
-    others = [rt.new_sequence() for _ in range(3)]
-    starts = [held - 5 * (i + 1) for i in range(3)]
+    others = [rt.new_sequence() for _ in range(OTHER_LANES)]
+    starts = [held - 5 * (i + 1) for i in range(OTHER_LANES)]
     for other, start in zip(others, starts, strict=True):
         rt.step([Feed(other, prompt[:start], 0)])
     seq = rt.new_sequence()
     rt.step([Feed(seq, prompt, 0)])
     reference = one_at_a_time(rt, seq, held, tokens)
     differing = []
-    for n in range(1, len(tokens) + 1):
+    for n in ROWS_CHECKED:
         rows = rt.step([Feed(seq, tokens[:n], held, all_rows=True)])[0]
         rt.cut(seq, held)
         if not np.array_equal(rows, reference[:n]):
@@ -85,8 +89,8 @@ def check(rt: LlamaCppRuntime, prompt: list[int], tokens: list[int]) -> dict[str
     prefill = bool(np.array_equal(last, reference[-1]))
     rt.cut(seq, held)
     lanes_differing = []
-    for per_lane in (1, 4, 9):
-        for lanes in (2, 4):
+    for per_lane in (1, 4, 9, 65):
+        for lanes in (2, 4, 8):
             feeds = [Feed(seq, tokens[:per_lane], held, all_rows=True)]
             feeds += [
                 Feed(o, tokens[:per_lane], s, all_rows=True)
@@ -115,7 +119,7 @@ def check(rt: LlamaCppRuntime, prompt: list[int], tokens: list[int]) -> dict[str
 def run_candidate(name: str, model: Path, threads: int | None) -> None:
     kernels = CANDIDATES[name]
     with LlamaCppRuntime.load(
-        model, ctx_size=1024, max_sequences=4, n_threads=threads, kernels=kernels
+        model, ctx_size=1024, max_sequences=OTHER_LANES + 1, n_threads=threads, kernels=kernels
     ) as rt:
         tokens = (rt.tokenize(CONTINUATION, add_special=False) * 2)[:MAX_N]
         results = {
@@ -123,6 +127,17 @@ def run_candidate(name: str, model: Path, threads: int | None) -> None:
             "long": check(rt, rt.tokenize((PROMPT + " ") * 30, add_special=True)[:LONG], tokens),
         }
     print(json.dumps(results))
+
+
+def _runs(ns: list[int]) -> str:
+    """1, 2, 3, 31, 32 -> "1..3, 31..32", for the table."""
+    runs: list[list[int]] = []
+    for n in ns:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}..{r[-1]}" for r in runs)
 
 
 def main() -> None:
@@ -147,7 +162,7 @@ def main() -> None:
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         for context, result in json.loads(out.splitlines()[-1]).items():
             differing = result["rows differing at N"]
-            rows = "none" if not differing else f"{differing[0]}..{differing[-1]}"
+            rows = _runs(differing) or "none"
             print(
                 f"| {name} | {context} | {rows} | "
                 f"{'same' if result['prefill identical'] else 'differs'} | "
