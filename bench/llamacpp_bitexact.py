@@ -72,7 +72,7 @@ def check(rt: LlamaCppRuntime, prompt: list[int], tokens: list[int]) -> dict[str
     held = len(prompt)
     # The other lanes' cells come first, so cells they free lie before this lane's.
     others = [rt.new_sequence() for _ in range(OTHER_LANES)]
-    starts = [held - 5 * (i + 1) for i in range(OTHER_LANES)]
+    starts = [held - 3 * (i + 1) for i in range(OTHER_LANES)]
     for other, start in zip(others, starts, strict=True):
         rt.step([Feed(other, prompt[:start], 0)])
     seq = rt.new_sequence()

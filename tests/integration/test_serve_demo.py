@@ -106,7 +106,7 @@ def test_json_mode_returns_a_json_object_and_stops_when_it_closes(server):
         messages=[
             {
                 "role": "user",
-                "content": "Return a JSON object with keys city and country for Paris.",
+                "content": "Return a JSON object with the keys city and country for Paris, nothing else.",
             }
         ],
         max_tokens=80,
