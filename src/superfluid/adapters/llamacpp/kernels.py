@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 log = logging.getLogger("superfluid.llamacpp")
@@ -77,14 +77,8 @@ BATCH_INVARIANT = Kernels(
     tiled_attention=True,
 )
 
-#: Exact on an unpatched llama.cpp too, at BF16's prefill cost (ADR 0008).
-BF16_BATCH_INVARIANT = Kernels(
-    tiled_kquants=False,
-    repack_weights=False,
-    kv_type=GGML_TYPE_BF16,
-    flash_attention=True,
-    stream_per_sequence=True,
-)
+#: Exact on an unpatched llama.cpp too (BF16 stays on one per-row path), at BF16's prefill cost.
+BF16_BATCH_INVARIANT = replace(BATCH_INVARIANT, kv_type=GGML_TYPE_BF16, tiled_attention=False)
 
 #: llama.cpp's own defaults, for the benchmarks that compare against them.
 LLAMACPP_DEFAULT = Kernels(
