@@ -400,7 +400,7 @@ def test_the_installed_llama_cpp_carries_the_tiled_attention_patch(
 
 
 # 65 rows: the deepest verify step issue 23 opens, and past llama.cpp's 64-query switch to its
-# tiled attention; 8 lanes: one step carrying as many lanes as the server runs by default.
+# tiled attention; 8 lanes: the widest step the benches serve (8 clients, `--max-lanes 8`).
 @pytest.mark.parametrize(("lanes", "rows"), [(1, 65), (8, 9)], ids=["65-rows", "8-lanes"])
 def test_deep_and_wide_steps_past_512_cells_equal_plain_rows(
     demo_model: Path, lanes: int, rows: int

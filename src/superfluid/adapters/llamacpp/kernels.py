@@ -139,14 +139,12 @@ def apply_process_switches(lib: Any, kernels: Kernels) -> None:
             "tiled attention is a process-wide llama.cpp setting and this process already "
             + ("uses it" if _applied_attention else "runs without it")
         )
-    if kernels.tiled_attention and not has_tiled_attention(lib):
+    patched = has_tiled_attention(lib)
+    if kernels.tiled_attention and not patched:
         raise KernelConflict("this llama.cpp lacks superfluid's tiled-attention patch")
     os.environ[TILED_ENV] = "1" if kernels.tiled_kquants else "0"
     os.environ[TILED_ATTENTION_ENV] = "1" if kernels.tiled_attention else "0"
-    if (
-        has_tiled_attention(lib)
-        and bool(_native(lib).ggml_cpu_fa_tiled_enabled()) != kernels.tiled_attention
-    ):
+    if patched and bool(_native(lib).ggml_cpu_fa_tiled_enabled()) != kernels.tiled_attention:
         raise KernelConflict(
             f"llama.cpp read {TILED_ATTENTION_ENV} before this process set it, so attention "
             + ("cannot be tiled" if kernels.tiled_attention else "stays tiled")
