@@ -56,7 +56,12 @@ CANDIDATES: dict[str, Kernels] = {
     "BF16 KV cache (unpatched llama.cpp)": BF16_BATCH_INVARIANT,
     "F16 KV cache, stock attention": dataclasses.replace(BATCH_INVARIANT, tiled_attention=False),
     "tiled K-quant matmul on": dataclasses.replace(BATCH_INVARIANT, tiled_kquants=True),
-    "repacked weights": dataclasses.replace(BATCH_INVARIANT, repack_weights=True),
+    "weights not repacked": dataclasses.replace(
+        BATCH_INVARIANT, repack_weights=False, repacked_gemm=False
+    ),
+    "stock repacked kernels (gemv below 4 rows)": dataclasses.replace(
+        BATCH_INVARIANT, repacked_gemm=False
+    ),
     "one unified KV cache": dataclasses.replace(BATCH_INVARIANT, stream_per_sequence=False),
     "llama.cpp defaults": LLAMACPP_DEFAULT,
 }

@@ -387,16 +387,75 @@ def test_three_plain_lanes_get_a_throwaway_fourth_row_that_changes_nothing(
         assert fourth_last == (29 if fourth == "parked" else -1)
 
 
-def test_the_installed_llama_cpp_carries_the_tiled_attention_patch(
-    runtime: LlamaCppRuntime,
-) -> None:
+def test_the_installed_llama_cpp_carries_the_patches(runtime: LlamaCppRuntime) -> None:
     # scripts/install.sh builds llama.cpp with scripts/patches/; without them models fall back
-    # to a BF16 cache (exact, slow to prefill), and every row test below would still pass.
-    from superfluid.adapters.llamacpp.kernels import BATCH_INVARIANT, has_tiled_attention
+    # to a BF16 cache and unrepacked weights (exact, slower to prefill), and every row test
+    # below would still pass.
+    from superfluid.adapters.llamacpp.kernels import (
+        BATCH_INVARIANT,
+        has_repacked_gemm,
+        has_tiled_attention,
+    )
     from superfluid.adapters.llamacpp.native import llama
 
     assert has_tiled_attention(llama()), "llama-cpp-python was built without scripts/patches/"
-    assert runtime.kernels == BATCH_INVARIANT
+    assert has_repacked_gemm(llama()), "llama-cpp-python lacks scripts/patches/0002-*"
+    assert runtime.kernels == BATCH_INVARIANT and runtime.kernels.repack_weights
+
+
+# Run in a subprocess: llama.cpp reads GGML_CPU_REPACK_GEMM once per process. "padded" reads it
+# as 2 before the runtime sets it, which pads the rows a gemm group leaves over for every type.
+_REPACKED_ROWS = """
+import dataclasses, os, sys
+import numpy as np
+from superfluid.adapters.llamacpp import LlamaCppRuntime
+from superfluid.adapters.llamacpp.kernels import BATCH_INVARIANT
+from superfluid.adapters.llamacpp.native import llama
+from superfluid.application.ports import Feed
+
+model, kernel, prompt = sys.argv[1:]
+if kernel == "padded":
+    os.environ["GGML_CPU_REPACK_GEMM"] = "2"
+    assert llama().llama_cpp._lib.ggml_cpu_repack_gemm_enabled() == 2
+kernels = dataclasses.replace(BATCH_INVARIANT, repacked_gemm=kernel != "stock")
+with LlamaCppRuntime.load(model, ctx_size=256, max_sequences=1, kernels=kernels) as rt:
+    text = rt.tokenize(prompt, add_special=True)
+    seq = rt.new_sequence()
+    rt.step([Feed(seq, text[:40], 0)])
+    alone = [rt.step([Feed(seq, [t], 40 + i)])[0][0] for i, t in enumerate(text[40:47])]
+    rt.cut(seq, 40)
+    same = []
+    for n in (5, 6, 7):
+        rows = rt.step([Feed(seq, text[40 : 40 + n], 40, all_rows=True)])[0]
+        rt.cut(seq, 40)
+        same.append(np.array_equal(rows, np.stack(alone[:n])))
+print("same" if all(same) else "differ", same)
+"""
+
+
+@pytest.mark.parametrize(
+    ("kernel", "rows"), [("gemm", "same"), ("padded", "same"), ("stock", "differ")]
+)
+def test_the_demo_model_s_repacked_weights_need_the_patch_s_gemm_order(
+    demo_model: Path, kernel: str, rows: str
+) -> None:
+    # The demo model's Q4_K tensors are repacked. Stock llama.cpp computes 5-7 rows as a gemm
+    # group of 4 and 1-3 gemv rows, so they differ from the same tokens decoded one at a time.
+    # With the patch's switch the gemv sums in the gemm's order ("gemm"), or the rows left over
+    # are padded into a gemm group ("padded", the path for types without such a gemv), and both
+    # equal the one-at-a-time rows. (This also shows the exactness tests run the repacked
+    # kernels, not a model without any.)
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _REPACKED_ROWS, str(demo_model), kernel, PROMPT * 4],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=240,
+    ).stdout
+    assert out.splitlines()[-1].split()[0] == rows, out.splitlines()[-1]
 
 
 # 65 rows: the deepest verify step issue 23 opens, and past llama.cpp's 64-query switch to its

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,63 +23,103 @@ from superfluid.adapters.llamacpp.kernels import (
 
 
 class _Native:
-    """The ctypes library: with the patch it answers whether the switch was read on."""
+    """The ctypes library: each patch it carries answers whether its switch was read on."""
 
-    def __init__(self, reads_on: bool | None) -> None:
-        if reads_on is not None:
-            self.ggml_cpu_fa_tiled_enabled = lambda: int(reads_on)
+    def __init__(self, attention: bool | None, repack: bool | None) -> None:
+        if attention is not None:
+            self.ggml_cpu_fa_tiled_enabled = lambda: int(attention)
+        if repack is not None:
+            self.ggml_cpu_repack_gemm_enabled = lambda: int(repack)
 
 
-def _lib(reads_on: bool | None) -> Any:
-    return SimpleNamespace(llama_cpp=SimpleNamespace(_lib=_Native(reads_on)))
+def _lib(attention: bool | None, repack: bool | None = None) -> Any:
+    """A library; None for a patch it lacks, else how it read that patch's switch."""
+    return SimpleNamespace(llama_cpp=SimpleNamespace(_lib=_Native(attention, repack)))
 
 
 @pytest.fixture(autouse=True)
 def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kernels, "_applied_tiled", None)
-    monkeypatch.setattr(kernels, "_applied_attention", None)
-    monkeypatch.delenv(kernels.TILED_ENV, raising=False)
-    monkeypatch.delenv(kernels.TILED_ATTENTION_ENV, raising=False)
+    monkeypatch.setattr(kernels, "_applied", {})
+    for env in (kernels.TILED_ENV, kernels.TILED_ATTENTION_ENV, kernels.REPACK_GEMM_ENV):
+        monkeypatch.delenv(env, raising=False)
 
 
-def test_a_patched_llama_cpp_serves_f16_with_tiled_attention() -> None:
-    chosen = served_kernels(_lib(reads_on=True))
+def test_a_patched_llama_cpp_serves_f16_tiled_attention_and_repacked_gemm() -> None:
+    chosen = served_kernels(_lib(attention=True, repack=True))
     assert chosen == BATCH_INVARIANT
     assert chosen.kv_type == GGML_TYPE_F16 and chosen.tiled_attention
+    assert chosen.repack_weights and chosen.repacked_gemm
     assert chosen.batch_invariant
 
 
 def test_an_unpatched_llama_cpp_serves_bf16_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="superfluid.llamacpp"):
-        chosen = served_kernels(_lib(reads_on=None))
+        chosen = served_kernels(_lib(attention=None))
     assert chosen == BF16_BATCH_INVARIANT and chosen.batch_invariant
+    assert not chosen.repack_weights
     assert "lacks superfluid's attention patch" in caplog.text
     assert "\n" not in caplog.records[0].getMessage()
+
+
+def test_a_llama_cpp_without_the_repack_patch_serves_unrepacked_weights(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="superfluid.llamacpp"):
+        chosen = served_kernels(_lib(attention=True, repack=None))
+    assert chosen.tiled_attention and not chosen.repack_weights and chosen.batch_invariant
+    assert "lacks superfluid's repacked-gemm patch" in caplog.text
 
 
 def test_the_defaults_are_not_batch_invariant() -> None:
     assert not LLAMACPP_DEFAULT.batch_invariant
 
 
+@pytest.mark.parametrize(
+    "knob",
+    [
+        {"tiled_kquants": True},
+        {"repacked_gemm": False},
+        {"tiled_attention": False},
+        {"flash_attention": None},
+        {"stream_per_sequence": False},
+    ],
+)
+def test_any_knob_turned_back_to_llama_cpp_loses_invariance(knob: dict[str, Any]) -> None:
+    assert not replace(BATCH_INVARIANT, **knob).batch_invariant
+
+
 def test_switches_are_set_before_llama_cpp_reads_them() -> None:
-    apply_process_switches(_lib(reads_on=True), BATCH_INVARIANT)
+    apply_process_switches(_lib(attention=True, repack=True), BATCH_INVARIANT)
     assert os.environ[kernels.TILED_ENV] == "0"
     assert os.environ[kernels.TILED_ATTENTION_ENV] == "1"
+    assert os.environ[kernels.REPACK_GEMM_ENV] == "1"
 
 
 def test_tiled_attention_without_the_patch_is_refused() -> None:
-    with pytest.raises(KernelConflict, match="lacks superfluid's tiled-attention patch"):
-        apply_process_switches(_lib(reads_on=None), BATCH_INVARIANT)
+    with pytest.raises(KernelConflict, match="lacks superfluid's patch for tiled attention"):
+        apply_process_switches(_lib(attention=None, repack=True), BATCH_INVARIANT)
 
 
-def test_a_switch_llama_cpp_already_read_the_other_way_is_refused() -> None:
-    # llama.cpp reads the switch once: had something computed attention before we set it,
-    # asking the library back is the only way to know.
-    with pytest.raises(KernelConflict, match="read GGML_CPU_FA_TILED before"):
-        apply_process_switches(_lib(reads_on=False), BATCH_INVARIANT)
+def test_the_repacked_gemm_without_the_patch_is_refused_and_nothing_is_set() -> None:
+    with pytest.raises(KernelConflict, match="lacks superfluid's patch for the repacked gemm"):
+        apply_process_switches(_lib(attention=True, repack=None), BATCH_INVARIANT)
+    assert kernels.TILED_ATTENTION_ENV not in os.environ
+
+
+@pytest.mark.parametrize(
+    ("attention", "repack", "env"),
+    [(False, True, "GGML_CPU_FA_TILED"), (True, False, "GGML_CPU_REPACK_GEMM")],
+)
+def test_a_switch_llama_cpp_already_read_the_other_way_is_refused(
+    attention: bool, repack: bool, env: str
+) -> None:
+    # llama.cpp reads each switch once: had something computed before we set it, asking the
+    # library back is the only way to know.
+    with pytest.raises(KernelConflict, match=f"read {env} before"):
+        apply_process_switches(_lib(attention=attention, repack=repack), BATCH_INVARIANT)
 
 
 def test_a_second_model_cannot_ask_for_the_other_attention() -> None:
-    apply_process_switches(_lib(reads_on=True), BATCH_INVARIANT)
+    apply_process_switches(_lib(attention=True, repack=True), BATCH_INVARIANT)
     with pytest.raises(KernelConflict, match="tiled attention is a process-wide"):
-        apply_process_switches(_lib(reads_on=True), BF16_BATCH_INVARIANT)
+        apply_process_switches(_lib(attention=True, repack=True), BF16_BATCH_INVARIANT)

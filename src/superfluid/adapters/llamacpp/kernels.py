@@ -9,13 +9,15 @@ measurements, `bench/llamacpp_bitexact.py` reproduces them):
 - **Tiled K-quant matmul.** From 8 rows on, Q4_K/Q6_K weights go through a tiled kernel that
   sums in another order than the one-row dot products. Switched off (`GGML_CPU_TILED_MM=0`,
   read once per process), every row takes the same dot-product kernel at every batch size.
-- **Repacked weights.** The CPU "extra" buffer repacks Q4_K into interleaved blocks whose gemv
-  (one row) and gemm (4+ rows) kernels disagree. Not used.
+- **Repacked weights.** The CPU "extra" buffer repacks Q4_K weights into interleaved blocks whose
+  gemm (groups of 4 activation rows) and gemv (the 1-3 rows left over) sum in different orders.
+  superfluid's llama.cpp patch adds `GGML_CPU_REPACK_GEMM=1`, read once per process: the rows
+  left over are padded to a group of 4 and go through the gemm too, so every row sums in gemm's
+  one order, at the repacked kernels' speed.
 - **Attention.** Flash attention with an F16/F32 cache takes a split-KV path for one-token
   decodes past 512 cells, a per-row path (F16 sums) below 64 queries and a tiled path from 64.
-  superfluid's llama.cpp patch (`scripts/patches/`) adds `GGML_CPU_FA_TILED=1`, read once per
-  process: every query count takes the tiled path, whose rows sum in one order whatever the
-  batch, lanes or threads. A BF16 cache stays on the per-row path at every shape, exact but slow
+  superfluid's llama.cpp patch adds `GGML_CPU_FA_TILED=1`, read once per process: every query
+  count takes the tiled path, whose rows sum in one order whatever the batch, lanes or threads. A BF16 cache stays on the per-row path at every shape, exact but slow
   to prefill; it is what a llama.cpp without the patch is served with.
 - **Cell order.** Attention sums over a sequence's cells in cell order. One unified cache
   hands cells freed by one lane to another, so a lane's cells leave position order depending on
@@ -43,6 +45,8 @@ GGML_TYPE_BF16 = 30
 TILED_ENV = "GGML_CPU_TILED_MM"
 #: The process-wide switch superfluid's patch adds: tiled flash attention at every query count.
 TILED_ATTENTION_ENV = "GGML_CPU_FA_TILED"
+#: The process-wide switch superfluid's patch adds: repacked weights' gemm at every row count.
+REPACK_GEMM_ENV = "GGML_CPU_REPACK_GEMM"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,24 +65,41 @@ class Kernels:
     stream_per_sequence: bool
     #: Flash attention on its tiled path at every query count (needs superfluid's patch).
     tiled_attention: bool = False
+    #: Repacked weights through their gemm at every row count (needs superfluid's patch).
+    repacked_gemm: bool = False
 
     @property
     def batch_invariant(self) -> bool:
-        return self in (BATCH_INVARIANT, BF16_BATCH_INVARIANT)
+        """Whether every knob is on a setting ADR 0008's matrix found invariant."""
+        return (
+            not self.tiled_kquants
+            and (not self.repack_weights or self.repacked_gemm)
+            and self.flash_attention is True
+            and (self.tiled_attention or self.kv_type == GGML_TYPE_BF16)
+            and self.stream_per_sequence
+        )
 
 
-#: The configuration every model is served with where llama.cpp carries superfluid's patch.
+#: The configuration every model is served with where llama.cpp carries superfluid's patches.
 BATCH_INVARIANT = Kernels(
     tiled_kquants=False,
-    repack_weights=False,
+    repack_weights=True,
     kv_type=GGML_TYPE_F16,
     flash_attention=True,
     stream_per_sequence=True,
     tiled_attention=True,
+    repacked_gemm=True,
 )
 
-#: Exact on an unpatched llama.cpp too (BF16 stays on one per-row path), at BF16's prefill cost.
-BF16_BATCH_INVARIANT = replace(BATCH_INVARIANT, kv_type=GGML_TYPE_BF16, tiled_attention=False)
+#: Exact on an unpatched llama.cpp too (BF16 stays on one per-row path, no repacking), at BF16's
+#: prefill cost.
+BF16_BATCH_INVARIANT = replace(
+    BATCH_INVARIANT,
+    kv_type=GGML_TYPE_BF16,
+    tiled_attention=False,
+    repack_weights=False,
+    repacked_gemm=False,
+)
 
 #: llama.cpp's own defaults, for the benchmarks that compare against them.
 LLAMACPP_DEFAULT = Kernels(
@@ -94,60 +115,101 @@ class KernelConflict(RuntimeError):
     """A process-wide switch is already set the other way in this process."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Switch:
+    """A process-wide llama.cpp switch: an environment variable read once, at first use."""
+
+    env: str
+    #: The `Kernels` field it follows.
+    field: str
+    #: What it turns on, for messages.
+    what: str
+    #: The patch's function that says how the library read the switch (None: stock llama.cpp).
+    marker: str | None = None
+
+
+_SWITCHES = (
+    _Switch(TILED_ENV, "tiled_kquants", "tiled K-quant matmul"),
+    _Switch(TILED_ATTENTION_ENV, "tiled_attention", "tiled attention", "ggml_cpu_fa_tiled_enabled"),
+    _Switch(REPACK_GEMM_ENV, "repacked_gemm", "the repacked gemm", "ggml_cpu_repack_gemm_enabled"),
+)
+
+
 def _native(lib: Any) -> Any:
     """The ctypes library behind the `llama_cpp` module (symbols of ggml's libraries too)."""
     return lib.llama_cpp._lib
 
 
+def _carries(lib: Any, switch: _Switch) -> bool:
+    return switch.marker is None or hasattr(_native(lib), switch.marker)
+
+
 def has_tiled_attention(lib: Any) -> bool:
     """Whether the loaded llama.cpp carries superfluid's attention patch."""
-    return hasattr(_native(lib), "ggml_cpu_fa_tiled_enabled")
+    return _carries(lib, _SWITCHES[1])
+
+
+def has_repacked_gemm(lib: Any) -> bool:
+    """Whether the loaded llama.cpp carries superfluid's repacked-gemm patch."""
+    return _carries(lib, _SWITCHES[2])
 
 
 def served_kernels(lib: Any) -> Kernels:
-    """What a model is served with: F16 and tiled attention where the patch is, else BF16."""
-    if has_tiled_attention(lib):
-        return BATCH_INVARIANT
-    log.warning(
-        "this llama-cpp-python lacks superfluid's attention patch, so models are served on a BF16 "
-        "KV cache: output stays exact, prefill is about 40%% slower (scripts/install.sh builds it)"
-    )
-    return BF16_BATCH_INVARIANT
+    """What a model is served with: each patch the library carries, exact either way."""
+    if not has_tiled_attention(lib):
+        log.warning(
+            "this llama-cpp-python lacks superfluid's attention patch, so models are served on a "
+            "BF16 KV cache: output stays exact, prefill is about 40%% slower "
+            "(scripts/install.sh builds it)"
+        )
+        return BF16_BATCH_INVARIANT
+    if not has_repacked_gemm(lib):
+        log.warning(
+            "this llama-cpp-python lacks superfluid's repacked-gemm patch, so weights are not "
+            "repacked: output stays exact, prefill is about 10%% slower (scripts/install.sh builds it)"
+        )
+        return replace(BATCH_INVARIANT, repack_weights=False, repacked_gemm=False)
+    return BATCH_INVARIANT
 
 
-_applied_tiled: bool | None = None
-_applied_attention: bool | None = None
+_applied: dict[str, bool] = {}
 
 
 def apply_process_switches(lib: Any, kernels: Kernels) -> None:
     """Set the process-wide switches before llama.cpp first reads them.
 
-    llama.cpp reads `GGML_CPU_TILED_MM` once, at the first matmul of the process, and the patch
-    reads `GGML_CPU_FA_TILED` once too, so every model of a process shares one setting; asking
-    for the other one later is refused rather than silently ignored. Tiled attention is then
-    asked back from the library: a patch that is missing, or a switch read before we set it,
-    would otherwise cost exactness without a word.
+    llama.cpp reads `GGML_CPU_TILED_MM` once, at the first matmul of the process, and the
+    patches read theirs once too, so every model of a process shares one setting; asking for the
+    other one later is refused rather than silently ignored. A patched switch is then asked back
+    from the library: a patch that is missing, or a switch read before we set it, would
+    otherwise cost exactness without a word.
     """
-    global _applied_tiled, _applied_attention
-    if _applied_tiled is not None and _applied_tiled != kernels.tiled_kquants:
-        raise KernelConflict(
-            "tiled K-quant matmul is a process-wide llama.cpp setting and this process already uses "
-            + ("it" if _applied_tiled else "the untiled kernels")
-        )
-    if _applied_attention is not None and _applied_attention != kernels.tiled_attention:
-        raise KernelConflict(
-            "tiled attention is a process-wide llama.cpp setting and this process already "
-            + ("uses it" if _applied_attention else "runs without it")
-        )
-    patched = has_tiled_attention(lib)
-    if kernels.tiled_attention and not patched:
-        raise KernelConflict("this llama.cpp lacks superfluid's tiled-attention patch")
-    os.environ[TILED_ENV] = "1" if kernels.tiled_kquants else "0"
-    os.environ[TILED_ATTENTION_ENV] = "1" if kernels.tiled_attention else "0"
-    if patched and bool(_native(lib).ggml_cpu_fa_tiled_enabled()) != kernels.tiled_attention:
-        raise KernelConflict(
-            f"llama.cpp read {TILED_ATTENTION_ENV} before this process set it, so attention "
-            + ("cannot be tiled" if kernels.tiled_attention else "stays tiled")
-        )
-    _applied_tiled = kernels.tiled_kquants
-    _applied_attention = kernels.tiled_attention
+    for switch in _SWITCHES:
+        wanted: bool = getattr(kernels, switch.field)
+        applied = _applied.get(switch.env)
+        if applied is not None and applied != wanted:
+            raise KernelConflict(
+                f"{switch.what} is a process-wide llama.cpp setting and this process "
+                + ("already uses it" if applied else "runs without it")
+            )
+        if wanted and not _carries(lib, switch):
+            raise KernelConflict(f"this llama.cpp lacks superfluid's patch for {switch.what}")
+    for switch in _SWITCHES:
+        os.environ[switch.env] = "1" if getattr(kernels, switch.field) else "0"
+    for switch in _SWITCHES:
+        wanted = getattr(kernels, switch.field)
+        read = _read_back(lib, switch)
+        if read is not None and read != wanted:
+            raise KernelConflict(
+                f"llama.cpp read {switch.env} before this process set it, so "
+                + (f"{switch.what} cannot be used" if wanted else f"{switch.what} stays on")
+            )
+    for switch in _SWITCHES:
+        _applied[switch.env] = getattr(kernels, switch.field)
+
+
+def _read_back(lib: Any, switch: _Switch) -> bool | None:
+    """How the library read a patched switch; None where it cannot say (stock llama.cpp)."""
+    if switch.marker is None or not _carries(lib, switch):
+        return None
+    return bool(getattr(_native(lib), switch.marker)())
