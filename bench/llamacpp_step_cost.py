@@ -3,10 +3,12 @@
 The adaptive depth gate (docs/contract.md §7) picks k from c(r), the cost of a verify step with r
 rows. This times a step feeding r = 1, 2, 4, 8, 16 tokens with a row after each (one lane), and
 2 and 4 lanes feeding one token each, relative to one lane and one row, on the served
-(batch-invariant) kernels and on llama.cpp's defaults. Shapes are interleaved rep by rep; the
-median is what a busy machine gives, the minimum what a quiet one does.
+(batch-invariant) kernels, on the served kernels without repacked weights and on llama.cpp's
+defaults. Shapes are interleaved rep by rep; the median is what a busy machine gives, the
+minimum what a quiet one does.
 
     .venv/bin/python -m bench.llamacpp_step_cost [--model PATH] [--threads N] [--reps N]
+        [--context TOKENS] [--only served,served-unrepacked,llama.cpp-defaults]
     .venv/bin/python -m bench.llamacpp_step_cost --logit-rows [--reps N]
 
 `--logit-rows` times, on the served kernels only, one lane feeding r = 1..17 tokens that all ask
@@ -18,6 +20,7 @@ throwaway rows) and as the runtime runs them (rounding the logits rows up with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -61,7 +64,13 @@ def measure(
     return samples
 
 
-KERNELS = {"served": BATCH_INVARIANT, "llama.cpp-defaults": LLAMACPP_DEFAULT}
+KERNELS = {
+    "served": BATCH_INVARIANT,
+    "served-unrepacked": dataclasses.replace(
+        BATCH_INVARIANT, repack_weights=False, repacked_gemm=False
+    ),
+    "llama.cpp-defaults": LLAMACPP_DEFAULT,
+}
 
 
 def main() -> None:
@@ -76,6 +85,10 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=2, help="subprocess rounds per configuration")
     parser.add_argument(
+        "--context", type=int, default=None, help="tokens of context (default: one short prompt)"
+    )
+    parser.add_argument("--only", help="comma-separated configurations (default: all)")
+    parser.add_argument(
         "--logit-rows", action="store_true", help="cost by logits rows, raw and as the runtime pads"
     )
     args = parser.parse_args()
@@ -87,22 +100,27 @@ def main() -> None:
     if args.kernels is None:
         # llama.cpp's tiled-matmul switch is per process: one subprocess per configuration,
         # alternated, so load elsewhere on the machine hits both alike.
+        names = args.only.split(",") if args.only else list(KERNELS)
         for _ in range(args.rounds):
-            for name in KERNELS:
+            for name in names:
                 command = [sys.executable, "-m", "bench.llamacpp_step_cost", "--kernels", name]
                 command += ["--model", str(model), "--reps", str(args.reps)]
                 if args.threads:
                     command += ["--threads", str(args.threads)]
+                if args.context:
+                    command += ["--context", str(args.context)]
                 subprocess.run(command, check=True)
         return
     with LlamaCppRuntime.load(
         model,
-        ctx_size=1024,
+        ctx_size=max(1024, (args.context or 0) + 64),
         max_sequences=4,
         n_threads=args.threads,
         kernels=KERNELS[args.kernels],
     ) as rt:
         prompt = rt.tokenize(PROMPT, add_special=True)
+        if args.context:
+            prompt = rt.tokenize(PROMPT * (args.context // 8), add_special=True)[: args.context]
         seqs = [rt.new_sequence() for _ in range(4)]
         for s in seqs:
             rt.step([Feed(s, prompt, 0)])
