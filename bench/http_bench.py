@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import itertools
 import os
 import platform
 import shlex
@@ -406,15 +407,27 @@ def log_cell(cell: Cell) -> None:
 SETTLED = ("speculate", "plain", "final-plain")
 
 
-async def warm_up(args: argparse.Namespace, side: Side, workload: Workload, clients: int) -> None:
+#: Rounds are numbered per cell from `next(_CELLS) * ROUNDS_PER_CELL`: measured runs from there,
+#: warm-ups from halfway. A fresh-prompt workload hands each (round, client) its own prompt, so
+#: with every cell's rounds numbered apart no server is sent a prompt twice, while the servers
+#: measured together in a cell are sent the same ones.
+ROUNDS_PER_CELL = 1000
+WARM_UP_ROUNDS_FROM = ROUNDS_PER_CELL // 2
+_CELLS = itertools.count(1)
+
+
+async def warm_up(
+    args: argparse.Namespace, side: Side, workload: Workload, clients: int, first: int
+) -> None:
     """`--warmup` rounds, then more (up to `--warmup-max`) until the gate at this lane count
-    has decided: a cell measures the steady state, not the probes a fresh server runs once."""
+    has decided: a cell measures the steady state, not the probes a fresh server runs once.
+    Warm-up rounds are numbered from `first`."""
     for warm in range(max(args.warmup_max, args.warmup)):
         if warm >= args.warmup and (
             not side.speculating or gate_settled(scrape(side.base), clients)
         ):
             return
-        await one_round(side.client, workload, side.request, clients, 100 + warm)
+        await one_round(side.client, workload, side.request, clients, first + warm)
 
 
 def gate_settled(samples: Samples, lanes: int) -> bool:
@@ -431,16 +444,17 @@ async def measured_cells(
     pairs runs measured seconds apart rather than minutes."""
     cells = []
     for clients in counts:
+        first = next(_CELLS) * ROUNDS_PER_CELL
         for side in sides:
             if side.drafting:
-                await warm_up(args, side, workload, clients)
+                await warm_up(args, side, workload, clients, first + WARM_UP_ROUNDS_FROM)
         before = {side.system: scrape(side.base) for side in sides if side.speculating}
         rounds: dict[str, list[Round]] = {side.system: [] for side in sides}
         for run in range(args.runs):
             # Alternate who goes first, so that neither system always runs right after the other.
             for side in sides if run % 2 == 0 else sides[::-1]:
                 rounds[side.system].append(
-                    await one_round(side.client, workload, side.request, clients, run)
+                    await one_round(side.client, workload, side.request, clients, first + run)
                 )
         for side in sides:
             cell = cell_of(side, workload, clients, rounds[side.system], before.get(side.system))

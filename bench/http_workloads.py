@@ -1,8 +1,9 @@
 """The prompts of the HTTP benchmark: what a client sends, per workload.
 
-Three workloads, each a small set of prompt variants. A run at N clients hands client i of run r
-the variant (i + r) mod len(variants), so concurrent clients send different prompts (greedy
+Four workloads. Three are small sets of prompt variants: a run at N clients hands client i of run
+r the variant (i + r) mod len(variants), so concurrent clients send different prompts (greedy
 lanes on one prompt would decode the same tokens) and successive runs rotate through the set.
+The fourth sends fresh prompts: no prompt twice in one server's life (see below).
 
 - copy-heavy (chat completions): the reply copies its context — a code block to repeat, a file
   to return with one rename, paragraphs to quote. Each source is long enough that 128 reply
@@ -18,11 +19,21 @@ lanes on one prompt would decode the same tokens) and successive runs rotate thr
   Each session's first line carries a tag unique to the session (`Session <run>.<client>:`), so
   a server's prompt cache can reuse a session's own earlier turns but never an earlier session.
   The figures are the session's time and the TTFT of turns 2–4, where a prefix cache pays.
+- long-prompt (chat completions, fresh): a task, then a document of 380–700 words (with the
+  chat turn 660–1,730 tokens on the demo model, median 1,140; 94% within 700–1,500) the reply
+  must quote from: a summary with its key sentences, a paragraph
+  copied and explained, the rules it states. The documents are the Python reference manual's
+  topics as every CPython ships them (`pydoc_data.topics`, text nobody here wrote), cut at
+  paragraph breaks. Every (round, client) gets its own prompt, allocated in the order first
+  asked, so each server measured in a round gets the same prompts and no server sees a prompt
+  twice: a server's prompt cache or cross-request n-gram pool cannot be handed an answer. The
+  task comes first, so two prompts on one document share no prefix.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 
 GEMMA_TURN = "<start_of_turn>user\n{content}<end_of_turn>\n<start_of_turn>model\n"
 
@@ -105,11 +116,69 @@ class Variant:
     follow_ups: tuple[str, ...] = ()  # multi-turn: the user lines of turns 2, 3, …
 
 
+#: What a long-prompt request asks of its document; each reply quotes the document.
+LONG_PROMPT_TASKS = (
+    "Summarize the document below in one paragraph, then quote its two most important "
+    "sentences word for word.",
+    "Copy the first paragraph of the document below exactly, then explain it in two sentences.",
+    "List every rule the document below states, each copied word for word from the document.",
+    "Quote the last paragraph of the document below word for word, then say in one sentence "
+    "what the whole document is about.",
+)
+LONG_PROMPT_WORDS = (380, 700)
+
+
+@cache
+def reference_documents() -> tuple[str, ...]:
+    """The Python reference manual's topics, cut at paragraph breaks into documents of 380 to
+    700 words (shorter topics are dropped, longer ones split): 86 documents on CPython 3.11."""
+    from pydoc_data.topics import topics  # shipped with CPython; text nobody here wrote
+
+    low, high = LONG_PROMPT_WORDS
+    documents = []
+    for name in sorted(topics):
+        piece: list[str] = []
+        words = 0
+        for paragraph in topics[name].split("\n\n"):
+            count = len(paragraph.split())
+            if piece and words + count > high:
+                if low <= words <= high:
+                    documents.append("\n\n".join(piece).strip())
+                piece, words = [], 0
+            piece.append(paragraph)
+            words += count
+        if low <= words <= high:
+            documents.append("\n\n".join(piece).strip())
+    return tuple(documents)
+
+
+@dataclass(slots=True)
+class FreshPrompts:
+    """Prompts handed out once each: the n-th (round, client) asked for gets prompt n.
+
+    Prompt n is task n // D on document n % D (D documents), so the first D prompts are D
+    different documents and later ones put another task in front of them."""
+
+    given: dict[tuple[int, int], Variant] = field(default_factory=dict)
+
+    def variant(self, run: int, client: int) -> Variant:
+        key = (run, client)
+        if key not in self.given:
+            documents = reference_documents()
+            n = len(self.given)
+            task = LONG_PROMPT_TASKS[(n // len(documents)) % len(LONG_PROMPT_TASKS)]
+            text = f"{task}\n\nDocument:\n\n{documents[n % len(documents)]}"
+            self.given[key] = Variant(f"document {n % len(documents)}", text)
+        return self.given[key]
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     name: str
     chat: bool  # chat completions; False: text completions
     variants: tuple[Variant, ...]
+    #: Fresh prompts instead of `variants`: none is sent twice for one (run, client).
+    fresh: FreshPrompts | None = None
 
     @property
     def multi_turn(self) -> bool:
@@ -122,6 +191,8 @@ class Workload:
         return f"Session {run}.{client}: {variant.text}"
 
     def variant(self, client: int, run: int) -> Variant:
+        if self.fresh is not None:
+            return self.fresh.variant(run, client)
         return self.variants[(client + run) % len(self.variants)]
 
     def raw_prompt(self, variant: Variant) -> str:
@@ -228,4 +299,6 @@ MULTI_TURN = Workload(
     ),
 )
 
-WORKLOADS = {w.name: w for w in (COPY_HEAVY, OPEN_ENDED, MULTI_TURN)}
+LONG_PROMPT = Workload("long-prompt", chat=True, variants=(), fresh=FreshPrompts())
+
+WORKLOADS = {w.name: w for w in (COPY_HEAVY, OPEN_ENDED, MULTI_TURN, LONG_PROMPT)}

@@ -1,0 +1,78 @@
+"""The benchmark's fresh prompts: no server is sent a prompt twice, every server in a round the
+same ones (a repeated prompt hands a server's prompt cache or n-gram pool the answer)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+from bench import http_bench
+from bench.http_bench import Side, measured_cells, parse_args
+from bench.http_load import Request, Round
+from bench.http_results import AUTO, LLAMA_SERVERS, PLAIN
+from bench.http_workloads import (
+    LONG_PROMPT_TASKS,
+    LONG_PROMPT_WORDS,
+    FreshPrompts,
+    Workload,
+    reference_documents,
+)
+
+
+def test_documents_are_cut_to_the_word_range_and_are_all_different() -> None:
+    documents = reference_documents()
+    low, high = LONG_PROMPT_WORDS
+    assert len(documents) >= 60
+    assert all(low <= len(document.split()) <= high for document in documents)
+    assert len(set(documents)) == len(documents)
+
+
+def test_each_round_and_client_gets_its_own_prompt_and_asking_again_gives_the_same() -> None:
+    fresh = FreshPrompts()
+    keys = [(run, client) for run in (0, 1, 1000, 1500) for client in range(8)]
+    texts = [fresh.variant(run, client).text for run, client in keys]
+    assert len(set(texts)) == len(keys)
+    assert [fresh.variant(run, client).text for run, client in keys] == texts
+
+
+def test_the_first_prompts_use_every_document_once_then_another_task_leads() -> None:
+    fresh = FreshPrompts()
+    count = len(reference_documents())
+    first = [fresh.variant(run, 0).text for run in range(count)]
+    assert all(text.startswith(LONG_PROMPT_TASKS[0]) for text in first)
+    assert {text.split("Document:\n\n", 1)[1] for text in first} == set(reference_documents())
+    assert fresh.variant(count, 0).text.startswith(LONG_PROMPT_TASKS[1])
+
+
+def test_measured_cells_send_no_server_a_round_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[str, int, int]] = []  # (server, round, client)
+
+    async def fake_round(client: Any, workload: Workload, request: Request, clients: int, run: int):
+        sent.extend((request.model, run, index) for index in range(clients))
+        return Round((), 1.0)
+
+    monkeypatch.setattr(http_bench, "one_round", fake_round)
+    monkeypatch.setattr(http_bench, "scrape", lambda base: {})
+    monkeypatch.setattr(http_bench, "gate_settled", lambda samples, lanes: False)
+    monkeypatch.setattr(http_bench, "cell_of", lambda *a: None)
+    monkeypatch.setattr(http_bench, "log_cell", lambda cell: None)
+    args = parse_args(
+        ["--llama-server", __file__, "--runs", "3", "--warmup", "2", "--warmup-max", "2"]
+    )
+    systems = (AUTO, PLAIN, LLAMA_SERVERS[1])
+    sides = [Side(system, "http://x", None, Request(system, 0.0, 8)) for system in systems]  # type: ignore[arg-type]
+    workload = Workload("fresh", chat=True, variants=(), fresh=FreshPrompts())
+    for counts in ((1, 4), (2, 8)):  # two groups of cells, as two temperatures would be
+        asyncio.run(measured_cells(args, sides, workload, counts))
+
+    per_server = Counter(sent)
+    assert max(per_server.values()) == 1, "a server was sent one (round, client) twice"
+    # Every server is sent the same measured rounds (warm-ups go to drafting servers only).
+    measured = {
+        system: {(run, c) for s, run, c in sent if s == system and run % 1000 < 500}
+        for system in systems
+    }
+    assert measured[AUTO] == measured[PLAIN] == measured[LLAMA_SERVERS[1]]
+    assert len(measured[AUTO]) == 3 * (1 + 4 + 2 + 8)
