@@ -41,6 +41,9 @@ CONFIGURATIONS: dict[str, Kernels] = {
     "BF16 (unpatched llama.cpp)": BF16_BATCH_INVARIANT,
     "llama.cpp defaults": LLAMACPP_DEFAULT,
     "served + tiled K-quant matmul": dataclasses.replace(BATCH_INVARIANT, tiled_kquants=True),
+    "served + tiled K-quant matmul at every row count": dataclasses.replace(
+        BATCH_INVARIANT, tiled_kquants=True, tiled_kquants_forced=True
+    ),
     "served + stock repacked kernels": dataclasses.replace(BATCH_INVARIANT, repacked_gemm=False),
 }
 BASELINE = "llama.cpp defaults"

@@ -8,8 +8,11 @@ defaults. Shapes are interleaved rep by rep; the median is what a busy machine g
 minimum what a quiet one does.
 
     .venv/bin/python -m bench.llamacpp_step_cost [--model PATH] [--threads N] [--reps N]
-        [--context TOKENS] [--only served,served-unrepacked,llama.cpp-defaults]
+        [--context TOKENS] [--only served,served-unrepacked,llama.cpp-defaults] [--grid]
     .venv/bin/python -m bench.llamacpp_step_cost --logit-rows [--reps N]
+
+`--grid` times c(rows, lanes) instead: 1, 2, 4, 8, 16, 32, 64 and 65 rows per lane, every row with
+logits, on 1, 2, 4 and 8 lanes (the depths a draft of up to 64 tokens needs; issue 23).
 
 `--logit-rows` times, on the served kernels only, one lane feeding r = 1..17 tokens that all ask
 for logits, and n = 1..8 lanes feeding one token each, as llama.cpp computes them ("raw": no
@@ -37,6 +40,8 @@ PROMPT = "Write a short story about a lighthouse keeper who finds a message in a
 
 
 SHAPES = ((1, 1), (1, 2), (1, 4), (1, 8), (1, 16), (2, 1), (4, 1), (4, 4))  # (lanes, rows per lane)
+#: `--grid`: c(rows, lanes) up to the deepest verify step a draft of 64 tokens makes, 8 lanes wide.
+GRID = tuple((lanes, rows) for lanes in (1, 2, 4, 8) for rows in (1, 2, 4, 8, 16, 32, 64, 65))
 
 
 def step_once(rt: LlamaCppRuntime, seqs: list[int], held: int, lanes: int, rows: int) -> float:
@@ -52,14 +57,18 @@ def step_once(rt: LlamaCppRuntime, seqs: list[int], held: int, lanes: int, rows:
 
 
 def measure(
-    rt: LlamaCppRuntime, seqs: list[int], held: int, reps: int
+    rt: LlamaCppRuntime,
+    seqs: list[int],
+    held: int,
+    reps: int,
+    shapes: tuple[tuple[int, int], ...] = SHAPES,
 ) -> dict[tuple[int, int], list[float]]:
     """Shapes interleaved rep by rep, so a burst of load elsewhere hits them all alike."""
-    samples: dict[tuple[int, int], list[float]] = {shape: [] for shape in SHAPES}
-    for shape in SHAPES:  # warm-up: allocates the output buffer and graph for each shape
+    samples: dict[tuple[int, int], list[float]] = {shape: [] for shape in shapes}
+    for shape in shapes:  # warm-up: allocates the output buffer and graph for each shape
         step_once(rt, seqs, held, *shape)
     for _ in range(reps):
-        for shape in SHAPES:
+        for shape in shapes:
             samples[shape].append(step_once(rt, seqs, held, *shape))
     return samples
 
@@ -68,6 +77,9 @@ KERNELS = {
     "served": BATCH_INVARIANT,
     "served-unrepacked": dataclasses.replace(
         BATCH_INVARIANT, repack_weights=False, repacked_gemm=False
+    ),
+    "served-tiled-forced": dataclasses.replace(
+        BATCH_INVARIANT, tiled_kquants=True, tiled_kquants_forced=True
     ),
     "llama.cpp-defaults": LLAMACPP_DEFAULT,
 }
@@ -89,6 +101,11 @@ def main() -> None:
     )
     parser.add_argument("--only", help="comma-separated configurations (default: all)")
     parser.add_argument(
+        "--grid",
+        action="store_true",
+        help="c(rows, lanes): 1..65 rows per lane (every row with logits) on 1, 2, 4 and 8 lanes",
+    )
+    parser.add_argument(
         "--logit-rows", action="store_true", help="cost by logits rows, raw and as the runtime pads"
     )
     args = parser.parse_args()
@@ -109,23 +126,25 @@ def main() -> None:
                     command += ["--threads", str(args.threads)]
                 if args.context:
                     command += ["--context", str(args.context)]
+                if args.grid:
+                    command.append("--grid")
                 subprocess.run(command, check=True)
         return
     with LlamaCppRuntime.load(
         model,
-        ctx_size=max(1024, (args.context or 0) + 64),
-        max_sequences=4,
+        ctx_size=max(1024, (args.context or 0) + 80),
+        max_sequences=8 if args.grid else 4,
         n_threads=args.threads,
         kernels=KERNELS[args.kernels],
     ) as rt:
         prompt = rt.tokenize(PROMPT, add_special=True)
         if args.context:
             prompt = rt.tokenize(PROMPT * (args.context // 8), add_special=True)[: args.context]
-        seqs = [rt.new_sequence() for _ in range(4)]
+        seqs = [rt.new_sequence() for _ in range(8 if args.grid else 4)]
         for s in seqs:
             rt.step([Feed(s, prompt, 0)])
         print(f"\n== {args.kernels}: {model.name}, {len(prompt)}-token context ==")
-        samples = measure(rt, seqs, len(prompt), args.reps)
+        samples = measure(rt, seqs, len(prompt), args.reps, GRID if args.grid else SHAPES)
         base_median = statistics.median(samples[(1, 1)])
         base_min = min(samples[(1, 1)])
         print(f"{'shape':>18} {'median ms':>10} {'x':>6} {'min ms':>8} {'x':>6}")

@@ -40,7 +40,12 @@ def _lib(attention: bool | None, repack: bool | None = None) -> Any:
 @pytest.fixture(autouse=True)
 def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernels, "_applied", {})
-    for env in (kernels.TILED_ENV, kernels.TILED_ATTENTION_ENV, kernels.REPACK_GEMM_ENV):
+    for env in (
+        kernels.TILED_ENV,
+        kernels.TILED_FORCE_ENV,
+        kernels.TILED_ATTENTION_ENV,
+        kernels.REPACK_GEMM_ENV,
+    ):
         monkeypatch.delenv(env, raising=False)
 
 
@@ -88,9 +93,17 @@ def test_any_knob_turned_back_to_llama_cpp_loses_invariance(knob: dict[str, Any]
     assert not replace(BATCH_INVARIANT, **knob).batch_invariant
 
 
+def test_tiled_k_quants_at_every_row_count_are_invariant_but_not_served() -> None:
+    # Exact (the tiled kernel at every row count), but one-row decoding pays ~12% (ADR 0008).
+    forced = replace(BATCH_INVARIANT, tiled_kquants=True, tiled_kquants_forced=True)
+    assert forced.batch_invariant
+    assert not BATCH_INVARIANT.tiled_kquants
+
+
 def test_switches_are_set_before_llama_cpp_reads_them() -> None:
     apply_process_switches(_lib(attention=True, repack=True), BATCH_INVARIANT)
     assert os.environ[kernels.TILED_ENV] == "0"
+    assert os.environ[kernels.TILED_FORCE_ENV] == "0"
     assert os.environ[kernels.TILED_ATTENTION_ENV] == "1"
     assert os.environ[kernels.REPACK_GEMM_ENV] == "1"
 

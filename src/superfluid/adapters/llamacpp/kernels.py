@@ -6,9 +6,11 @@ step, inside a 512-token prefill, or packed with other lanes' tokens. On this ll
 row changes with its batch wherever a kernel is picked by batch shape (ADR 0008 has the
 measurements, `bench/llamacpp_bitexact.py` reproduces them):
 
-- **Tiled K-quant matmul.** From 8 rows on, Q4_K/Q6_K weights go through a tiled kernel that
-  sums in another order than the one-row dot products. Switched off (`GGML_CPU_TILED_MM=0`,
-  read once per process), every row takes the same dot-product kernel at every batch size.
+- **Tiled K-quant matmul.** From 8 rows on, K-quant weights that are not repacked (Q6_K on the
+  demo model) go through a tiled kernel that sums in another order than the one-row dot
+  products. Switched off (`GGML_CPU_TILED_MM=0`, read once per process), every row takes the
+  same dot-product kernel at every batch size. Forced on for every row count
+  (`GGML_CPU_TILED_MM_FORCE=1`) it is exact too, but one-row decoding pays about 12%.
 - **Repacked weights.** The CPU "extra" buffer repacks Q4_K weights into interleaved blocks whose
   gemm (groups of 4 activation rows) and gemv (the 1-3 rows left over) sum in different orders.
   superfluid's llama.cpp patch adds `GGML_CPU_REPACK_GEMM=1`, read once per process: the rows
@@ -43,6 +45,8 @@ GGML_TYPE_BF16 = 30
 
 #: The process-wide switch for llama.cpp's tiled K-quant matmul (read at the first matmul).
 TILED_ENV = "GGML_CPU_TILED_MM"
+#: llama.cpp's own switch that takes the tiled K-quant path at every row count (read once too).
+TILED_FORCE_ENV = "GGML_CPU_TILED_MM_FORCE"
 #: The process-wide switch superfluid's patch adds: tiled flash attention at every query count.
 TILED_ATTENTION_ENV = "GGML_CPU_FA_TILED"
 #: The process-wide switch superfluid's patch adds: repacked weights' gemm at every row count.
@@ -67,12 +71,14 @@ class Kernels:
     tiled_attention: bool = False
     #: Repacked weights through their gemm at every row count (needs superfluid's patch).
     repacked_gemm: bool = False
+    #: Tiled K-quant matmul at every row count, not from 8 rows on (process-wide).
+    tiled_kquants_forced: bool = False
 
     @property
     def batch_invariant(self) -> bool:
         """Whether every knob is on a setting ADR 0008's matrix found invariant."""
         return (
-            not self.tiled_kquants
+            (not self.tiled_kquants or self.tiled_kquants_forced)
             and (not self.repack_weights or self.repacked_gemm)
             and self.flash_attention is True
             and (self.tiled_attention or self.kv_type == GGML_TYPE_BF16)
@@ -130,6 +136,7 @@ class _Switch:
 
 _SWITCHES = (
     _Switch(TILED_ENV, "tiled_kquants", "tiled K-quant matmul"),
+    _Switch(TILED_FORCE_ENV, "tiled_kquants_forced", "tiled K-quant matmul at every row count"),
     _Switch(TILED_ATTENTION_ENV, "tiled_attention", "tiled attention", "ggml_cpu_fa_tiled_enabled"),
     _Switch(REPACK_GEMM_ENV, "repacked_gemm", "the repacked gemm", "ggml_cpu_repack_gemm_enabled"),
 )
@@ -140,18 +147,22 @@ def _native(lib: Any) -> Any:
     return lib.llama_cpp._lib
 
 
+def _switch(field: str) -> _Switch:
+    return next(switch for switch in _SWITCHES if switch.field == field)
+
+
 def _carries(lib: Any, switch: _Switch) -> bool:
     return switch.marker is None or hasattr(_native(lib), switch.marker)
 
 
 def has_tiled_attention(lib: Any) -> bool:
     """Whether the loaded llama.cpp carries superfluid's attention patch."""
-    return _carries(lib, _SWITCHES[1])
+    return _carries(lib, _switch("tiled_attention"))
 
 
 def has_repacked_gemm(lib: Any) -> bool:
     """Whether the loaded llama.cpp carries superfluid's repacked-gemm patch."""
-    return _carries(lib, _SWITCHES[2])
+    return _carries(lib, _switch("repacked_gemm"))
 
 
 def served_kernels(lib: Any) -> Kernels:
