@@ -55,7 +55,10 @@ CANDIDATES: dict[str, Kernels] = {
     "served (batch-invariant)": BATCH_INVARIANT,
     "BF16 KV cache (unpatched llama.cpp)": BF16_BATCH_INVARIANT,
     "F16 KV cache, stock attention": dataclasses.replace(BATCH_INVARIANT, tiled_attention=False),
-    "tiled K-quant matmul on": dataclasses.replace(BATCH_INVARIANT, tiled_kquants=True),
+    "tiled K-quant, stock row order": dataclasses.replace(BATCH_INVARIANT, tiled_row_order=False),
+    "K-quants untiled": dataclasses.replace(
+        BATCH_INVARIANT, tiled_kquants=False, tiled_row_order=False
+    ),
     "weights not repacked": dataclasses.replace(
         BATCH_INVARIANT, repack_weights=False, repacked_gemm=False
     ),

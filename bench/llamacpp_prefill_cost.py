@@ -35,16 +35,23 @@ from superfluid.application.ports import Feed
 
 CONFIGURATIONS: dict[str, Kernels] = {
     "served": BATCH_INVARIANT,
-    "served without repacking (before)": dataclasses.replace(
-        BATCH_INVARIANT, repack_weights=False, repacked_gemm=False
+    "served with K-quants untiled (before)": dataclasses.replace(
+        BATCH_INVARIANT, tiled_kquants=False, tiled_row_order=False
+    ),
+    "served unrepacked and untiled (first revision)": dataclasses.replace(
+        BATCH_INVARIANT,
+        tiled_kquants=False,
+        tiled_row_order=False,
+        repack_weights=False,
+        repacked_gemm=False,
     ),
     "BF16 (unpatched llama.cpp)": BF16_BATCH_INVARIANT,
     "llama.cpp defaults": LLAMACPP_DEFAULT,
-    "served + tiled K-quant matmul": dataclasses.replace(BATCH_INVARIANT, tiled_kquants=True),
-    "served + tiled K-quant matmul at every row count": dataclasses.replace(
-        BATCH_INVARIANT, tiled_kquants=True, tiled_kquants_forced=True
-    ),
     "served + stock repacked kernels": dataclasses.replace(BATCH_INVARIANT, repacked_gemm=False),
+    "served + stock tiled row order": dataclasses.replace(BATCH_INVARIANT, tiled_row_order=False),
+    "served + tiled K-quant matmul at every row count": dataclasses.replace(
+        BATCH_INVARIANT, tiled_row_order=False, tiled_kquants_forced=True
+    ),
 }
 BASELINE = "llama.cpp defaults"
 PROMPT_TOKENS = 1000

@@ -78,8 +78,11 @@ KERNELS = {
     "served-unrepacked": dataclasses.replace(
         BATCH_INVARIANT, repack_weights=False, repacked_gemm=False
     ),
+    "served-untiled": dataclasses.replace(
+        BATCH_INVARIANT, tiled_kquants=False, tiled_row_order=False
+    ),
     "served-tiled-forced": dataclasses.replace(
-        BATCH_INVARIANT, tiled_kquants=True, tiled_kquants_forced=True
+        BATCH_INVARIANT, tiled_row_order=False, tiled_kquants_forced=True
     ),
     "llama.cpp-defaults": LLAMACPP_DEFAULT,
 }

@@ -395,17 +395,20 @@ def test_the_installed_llama_cpp_carries_the_patches(runtime: LlamaCppRuntime) -
         BATCH_INVARIANT,
         has_repacked_gemm,
         has_tiled_attention,
+        has_tiled_row_order,
     )
     from superfluid.adapters.llamacpp.native import llama
 
     assert has_tiled_attention(llama()), "llama-cpp-python was built without scripts/patches/"
     assert has_repacked_gemm(llama()), "llama-cpp-python lacks scripts/patches/0002-*"
+    assert has_tiled_row_order(llama()), "llama-cpp-python lacks scripts/patches/0003-*"
     assert runtime.kernels == BATCH_INVARIANT and runtime.kernels.repack_weights
 
 
-# Run in a subprocess: llama.cpp reads GGML_CPU_REPACK_GEMM once per process. "padded" reads it
-# as 2 before the runtime sets it, which pads the rows a gemm group leaves over for every type.
-_REPACKED_ROWS = """
+# Run in a subprocess: llama.cpp reads its switches once per process. "padded" reads
+# GGML_CPU_REPACK_GEMM as 2 before the runtime sets it, which pads the rows a repacked gemm group
+# leaves over for every type.
+_ROWS_AGAINST_ONE_AT_A_TIME = """
 import dataclasses, os, sys
 import numpy as np
 from superfluid.adapters.llamacpp import LlamaCppRuntime
@@ -413,19 +416,24 @@ from superfluid.adapters.llamacpp.kernels import BATCH_INVARIANT
 from superfluid.adapters.llamacpp.native import llama
 from superfluid.application.ports import Feed
 
-model, kernel, prompt = sys.argv[1:]
-if kernel == "padded":
+model, variant, prompt = sys.argv[1:]
+if variant == "padded":
     os.environ["GGML_CPU_REPACK_GEMM"] = "2"
     assert llama().llama_cpp._lib.ggml_cpu_repack_gemm_enabled() == 2
-kernels = dataclasses.replace(BATCH_INVARIANT, repacked_gemm=kernel != "stock")
+kernels = {
+    "served": BATCH_INVARIANT,
+    "padded": BATCH_INVARIANT,
+    "stock repacked": dataclasses.replace(BATCH_INVARIANT, repacked_gemm=False),
+    "stock tiled": dataclasses.replace(BATCH_INVARIANT, tiled_row_order=False),
+}[variant]
 with LlamaCppRuntime.load(model, ctx_size=256, max_sequences=1, kernels=kernels) as rt:
     text = rt.tokenize(prompt, add_special=True)
     seq = rt.new_sequence()
     rt.step([Feed(seq, text[:40], 0)])
-    alone = [rt.step([Feed(seq, [t], 40 + i)])[0][0] for i, t in enumerate(text[40:47])]
+    alone = [rt.step([Feed(seq, [t], 40 + i)])[0][0] for i, t in enumerate(text[40:50])]
     rt.cut(seq, 40)
     same = []
-    for n in (5, 6, 7):
+    for n in (5, 6, 7, 8, 9, 10):
         rows = rt.step([Feed(seq, text[40 : 40 + n], 40, all_rows=True)])[0]
         rt.cut(seq, 40)
         same.append(np.array_equal(rows, np.stack(alone[:n])))
@@ -434,22 +442,29 @@ print("same" if all(same) else "differ", same)
 
 
 @pytest.mark.parametrize(
-    ("kernel", "rows"), [("gemm", "same"), ("padded", "same"), ("stock", "differ")]
+    ("variant", "rows"),
+    [
+        ("served", "same"),
+        ("padded", "same"),
+        ("stock repacked", "differ"),
+        ("stock tiled", "differ"),
+    ],
 )
-def test_the_demo_model_s_repacked_weights_need_the_patch_s_gemm_order(
-    demo_model: Path, kernel: str, rows: str
+def test_the_demo_model_s_weight_kernels_need_the_patches_row_orders(
+    demo_model: Path, variant: str, rows: str
 ) -> None:
-    # The demo model's Q4_K tensors are repacked. Stock llama.cpp computes 5-7 rows as a gemm
-    # group of 4 and 1-3 gemv rows, so they differ from the same tokens decoded one at a time.
-    # With the patch's switch the gemv sums in the gemm's order ("gemm"), or the rows left over
-    # are padded into a gemm group ("padded", the path for types without such a gemv), and both
-    # equal the one-at-a-time rows. (This also shows the exactness tests run the repacked
-    # kernels, not a model without any.)
+    # The demo model's Q4_K tensors are repacked: stock llama.cpp computes 5-7 rows as a gemm
+    # group of 4 and 1-3 gemv rows. Its Q6_K tensors take the tiled kernel from 8 rows and a dot
+    # product below. Either way stock rows differ from the same tokens decoded one at a time.
+    # With the patches' switches the gemv and the dot product sum in their group kernels' order
+    # ("served"), or the rows a repacked gemm group leaves over are padded into one ("padded",
+    # the path of types without such a gemv), and 5-10 rows equal the one-at-a-time rows. (This
+    # also shows the exactness tests run these kernels, not a model without any.)
     import subprocess
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-c", _REPACKED_ROWS, str(demo_model), kernel, PROMPT * 4],
+        [sys.executable, "-c", _ROWS_AGAINST_ONE_AT_A_TIME, str(demo_model), variant, PROMPT * 4],
         capture_output=True,
         text=True,
         check=True,

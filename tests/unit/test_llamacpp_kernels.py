@@ -25,16 +25,33 @@ from superfluid.adapters.llamacpp.kernels import (
 class _Native:
     """The ctypes library: each patch it carries answers whether its switch was read on."""
 
-    def __init__(self, attention: bool | None, repack: bool | None) -> None:
+    def __init__(
+        self, attention: bool | None, repack: bool | None, row_order: bool | None, supported: bool
+    ) -> None:
         if attention is not None:
             self.ggml_cpu_fa_tiled_enabled = lambda: int(attention)
         if repack is not None:
             self.ggml_cpu_repack_gemm_enabled = lambda: int(repack)
+        if row_order is not None:
+            self.ggml_cpu_tiled_row_order_enabled = lambda: int(row_order and supported)
+            self.ggml_cpu_tiled_row_order_supported = lambda: int(supported)
 
 
-def _lib(attention: bool | None, repack: bool | None = None) -> Any:
-    """A library; None for a patch it lacks, else how it read that patch's switch."""
-    return SimpleNamespace(llama_cpp=SimpleNamespace(_lib=_Native(attention, repack)))
+def _lib(
+    attention: bool | None,
+    repack: bool | None = None,
+    row_order: bool | None = None,
+    supported: bool = True,
+) -> Any:
+    """A library; None for a patch it lacks, else how it read that patch's switch. A build
+    without the row-order mode (`supported=False`) reads its switch as off."""
+    native = _Native(attention, repack, row_order, supported)
+    return SimpleNamespace(llama_cpp=SimpleNamespace(_lib=native))
+
+
+def _patched(**read: bool) -> Any:
+    """A library with every patch, each switch read on unless `read` says otherwise."""
+    return _lib(**{"attention": True, "repack": True, "row_order": True, **read})
 
 
 @pytest.fixture(autouse=True)
@@ -45,23 +62,32 @@ def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
         kernels.TILED_FORCE_ENV,
         kernels.TILED_ATTENTION_ENV,
         kernels.REPACK_GEMM_ENV,
+        kernels.TILED_ROW_ORDER_ENV,
     ):
         monkeypatch.delenv(env, raising=False)
 
 
-def test_a_patched_llama_cpp_serves_f16_tiled_attention_and_repacked_gemm() -> None:
-    chosen = served_kernels(_lib(attention=True, repack=True))
+def test_a_patched_llama_cpp_serves_every_patched_kernel() -> None:
+    chosen = served_kernels(_patched())
     assert chosen == BATCH_INVARIANT
     assert chosen.kv_type == GGML_TYPE_F16 and chosen.tiled_attention
     assert chosen.repack_weights and chosen.repacked_gemm
+    assert chosen.tiled_kquants and chosen.tiled_row_order
     assert chosen.batch_invariant
+
+
+def test_a_build_without_the_row_order_mode_serves_no_tiled_k_quants() -> None:
+    # Not AVX2 (or VNNI, whose tiled kernel sums otherwise): dot products at every row count.
+    chosen = served_kernels(_patched(supported=False))
+    assert not chosen.tiled_kquants and not chosen.tiled_row_order and chosen.batch_invariant
+    assert chosen.repack_weights and chosen.tiled_attention
 
 
 def test_an_unpatched_llama_cpp_serves_bf16_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="superfluid.llamacpp"):
         chosen = served_kernels(_lib(attention=None))
     assert chosen == BF16_BATCH_INVARIANT and chosen.batch_invariant
-    assert not chosen.repack_weights
+    assert not chosen.repack_weights and not chosen.tiled_kquants
     assert "lacks superfluid's attention patch" in caplog.text
     assert "\n" not in caplog.records[0].getMessage()
 
@@ -70,7 +96,7 @@ def test_a_llama_cpp_without_the_repack_patch_serves_unrepacked_weights(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="superfluid.llamacpp"):
-        chosen = served_kernels(_lib(attention=True, repack=None))
+        chosen = served_kernels(_lib(attention=True, repack=None, row_order=True))
     assert chosen.tiled_attention and not chosen.repack_weights and chosen.batch_invariant
     assert "lacks superfluid's repacked-gemm patch" in caplog.text
 
@@ -82,7 +108,7 @@ def test_the_defaults_are_not_batch_invariant() -> None:
 @pytest.mark.parametrize(
     "knob",
     [
-        {"tiled_kquants": True},
+        {"tiled_row_order": False},
         {"repacked_gemm": False},
         {"tiled_attention": False},
         {"flash_attention": None},
@@ -95,14 +121,15 @@ def test_any_knob_turned_back_to_llama_cpp_loses_invariance(knob: dict[str, Any]
 
 def test_tiled_k_quants_at_every_row_count_are_invariant_but_not_served() -> None:
     # Exact (the tiled kernel at every row count), but one-row decoding pays ~12% (ADR 0008).
-    forced = replace(BATCH_INVARIANT, tiled_kquants=True, tiled_kquants_forced=True)
+    forced = replace(BATCH_INVARIANT, tiled_row_order=False, tiled_kquants_forced=True)
     assert forced.batch_invariant
-    assert not BATCH_INVARIANT.tiled_kquants
+    assert not BATCH_INVARIANT.tiled_kquants_forced
 
 
 def test_switches_are_set_before_llama_cpp_reads_them() -> None:
-    apply_process_switches(_lib(attention=True, repack=True), BATCH_INVARIANT)
-    assert os.environ[kernels.TILED_ENV] == "0"
+    apply_process_switches(_patched(), BATCH_INVARIANT)
+    assert os.environ[kernels.TILED_ENV] == "1"
+    assert os.environ[kernels.TILED_ROW_ORDER_ENV] == "1"
     assert os.environ[kernels.TILED_FORCE_ENV] == "0"
     assert os.environ[kernels.TILED_ATTENTION_ENV] == "1"
     assert os.environ[kernels.REPACK_GEMM_ENV] == "1"
@@ -110,29 +137,31 @@ def test_switches_are_set_before_llama_cpp_reads_them() -> None:
 
 def test_tiled_attention_without_the_patch_is_refused() -> None:
     with pytest.raises(KernelConflict, match="lacks superfluid's patch for tiled attention"):
-        apply_process_switches(_lib(attention=None, repack=True), BATCH_INVARIANT)
+        apply_process_switches(_patched(attention=None), BATCH_INVARIANT)
 
 
 def test_the_repacked_gemm_without_the_patch_is_refused_and_nothing_is_set() -> None:
     with pytest.raises(KernelConflict, match="lacks superfluid's patch for the repacked gemm"):
-        apply_process_switches(_lib(attention=True, repack=None), BATCH_INVARIANT)
+        apply_process_switches(_patched(repack=None), BATCH_INVARIANT)
     assert kernels.TILED_ATTENTION_ENV not in os.environ
 
 
 @pytest.mark.parametrize(
-    ("attention", "repack", "env"),
-    [(False, True, "GGML_CPU_FA_TILED"), (True, False, "GGML_CPU_REPACK_GEMM")],
+    ("patch", "env"),
+    [
+        ("attention", "GGML_CPU_FA_TILED"),
+        ("repack", "GGML_CPU_REPACK_GEMM"),
+        ("row_order", "GGML_CPU_TILED_ROW_ORDER"),
+    ],
 )
-def test_a_switch_llama_cpp_already_read_the_other_way_is_refused(
-    attention: bool, repack: bool, env: str
-) -> None:
+def test_a_switch_llama_cpp_already_read_the_other_way_is_refused(patch: str, env: str) -> None:
     # llama.cpp reads each switch once: had something computed before we set it, asking the
     # library back is the only way to know.
     with pytest.raises(KernelConflict, match=f"read {env} before"):
-        apply_process_switches(_lib(attention=attention, repack=repack), BATCH_INVARIANT)
+        apply_process_switches(_patched(**{patch: False}), BATCH_INVARIANT)
 
 
 def test_a_second_model_cannot_ask_for_the_other_attention() -> None:
-    apply_process_switches(_lib(attention=True, repack=True), BATCH_INVARIANT)
-    with pytest.raises(KernelConflict, match="tiled attention is a process-wide"):
-        apply_process_switches(_lib(attention=True, repack=True), BF16_BATCH_INVARIANT)
+    apply_process_switches(_patched(), BATCH_INVARIANT)
+    with pytest.raises(KernelConflict, match="is a process-wide"):
+        apply_process_switches(_patched(), BF16_BATCH_INVARIANT)

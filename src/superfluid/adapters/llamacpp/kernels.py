@@ -8,19 +8,22 @@ measurements, `bench/llamacpp_bitexact.py` reproduces them):
 
 - **Tiled K-quant matmul.** From 8 rows on, K-quant weights that are not repacked (Q6_K on the
   demo model) go through a tiled kernel that sums in another order than the one-row dot
-  products. Switched off (`GGML_CPU_TILED_MM=0`, read once per process), every row takes the
-  same dot-product kernel at every batch size. Forced on for every row count
-  (`GGML_CPU_TILED_MM_FORCE=1`) it is exact too, but one-row decoding pays about 12%.
+  products. superfluid's llama.cpp patch adds `GGML_CPU_TILED_ROW_ORDER=1`, read once per
+  process: Q6_K's dot product below 8 rows sums in the tiled kernel's order (AVX2 builds without
+  VNNI), and every other type keeps the dot product at every row count. Where the build has no
+  such mode the tiled kernel is switched off (`GGML_CPU_TILED_MM=0`). Forced on for every row
+  count instead (`GGML_CPU_TILED_MM_FORCE=1`) it is exact too, but one-row decoding pays ~12%.
 - **Repacked weights.** The CPU "extra" buffer repacks Q4_K weights into interleaved blocks whose
   gemm (groups of 4 activation rows) and gemv (the 1-3 rows left over) sum in different orders.
-  superfluid's llama.cpp patch adds `GGML_CPU_REPACK_GEMM=1`, read once per process: the rows
-  left over are padded to a group of 4 and go through the gemm too, so every row sums in gemm's
-  one order, at the repacked kernels' speed.
+  superfluid's llama.cpp patch adds `GGML_CPU_REPACK_GEMM=1`, read once per process: Q4_K's
+  AVX2 gemv then sums in the gemm's order, and other types pad the rows left over into a gemm
+  group, so every row sums in the gemm's one order, at the repacked kernels' speed.
 - **Attention.** Flash attention with an F16/F32 cache takes a split-KV path for one-token
   decodes past 512 cells, a per-row path (F16 sums) below 64 queries and a tiled path from 64.
   superfluid's llama.cpp patch adds `GGML_CPU_FA_TILED=1`, read once per process: every query
-  count takes the tiled path, whose rows sum in one order whatever the batch, lanes or threads. A BF16 cache stays on the per-row path at every shape, exact but slow
-  to prefill; it is what a llama.cpp without the patch is served with.
+  count takes the tiled path, whose rows sum in one order whatever the batch, lanes or threads.
+  A BF16 cache stays on the per-row path at every shape, exact but slow to prefill; it is what a
+  llama.cpp without the patches is served with.
 - **Cell order.** Attention sums over a sequence's cells in cell order. One unified cache
   hands cells freed by one lane to another, so a lane's cells leave position order depending on
   what other requests did; one cache stream per sequence keeps every lane's cells in order.
@@ -51,6 +54,8 @@ TILED_FORCE_ENV = "GGML_CPU_TILED_MM_FORCE"
 TILED_ATTENTION_ENV = "GGML_CPU_FA_TILED"
 #: The process-wide switch superfluid's patch adds: repacked weights' gemm at every row count.
 REPACK_GEMM_ENV = "GGML_CPU_REPACK_GEMM"
+#: The process-wide switch superfluid's patch adds: rows below the tiled kernel in its order.
+TILED_ROW_ORDER_ENV = "GGML_CPU_TILED_ROW_ORDER"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +78,15 @@ class Kernels:
     repacked_gemm: bool = False
     #: Tiled K-quant matmul at every row count, not from 8 rows on (process-wide).
     tiled_kquants_forced: bool = False
+    #: Rows below the tiled K-quant kernel's threshold in its order, and only the types that can
+    #: do so tiled (needs superfluid's patch and an AVX2 build).
+    tiled_row_order: bool = False
 
     @property
     def batch_invariant(self) -> bool:
         """Whether every knob is on a setting ADR 0008's matrix found invariant."""
         return (
-            (not self.tiled_kquants or self.tiled_kquants_forced)
+            (not self.tiled_kquants or self.tiled_kquants_forced or self.tiled_row_order)
             and (not self.repack_weights or self.repacked_gemm)
             and self.flash_attention is True
             and (self.tiled_attention or self.kv_type == GGML_TYPE_BF16)
@@ -88,19 +96,22 @@ class Kernels:
 
 #: The configuration every model is served with where llama.cpp carries superfluid's patches.
 BATCH_INVARIANT = Kernels(
-    tiled_kquants=False,
+    tiled_kquants=True,
     repack_weights=True,
     kv_type=GGML_TYPE_F16,
     flash_attention=True,
     stream_per_sequence=True,
     tiled_attention=True,
     repacked_gemm=True,
+    tiled_row_order=True,
 )
 
 #: Exact on an unpatched llama.cpp too (BF16 stays on one per-row path, no repacking), at BF16's
 #: prefill cost.
 BF16_BATCH_INVARIANT = replace(
     BATCH_INVARIANT,
+    tiled_kquants=False,
+    tiled_row_order=False,
     kv_type=GGML_TYPE_BF16,
     tiled_attention=False,
     repack_weights=False,
@@ -132,6 +143,8 @@ class _Switch:
     what: str
     #: The patch's function that says how the library read the switch (None: stock llama.cpp).
     marker: str | None = None
+    #: The patch's function that says whether this build can honour the switch at all.
+    supported: str | None = None
 
 
 _SWITCHES = (
@@ -139,6 +152,13 @@ _SWITCHES = (
     _Switch(TILED_FORCE_ENV, "tiled_kquants_forced", "tiled K-quant matmul at every row count"),
     _Switch(TILED_ATTENTION_ENV, "tiled_attention", "tiled attention", "ggml_cpu_fa_tiled_enabled"),
     _Switch(REPACK_GEMM_ENV, "repacked_gemm", "the repacked gemm", "ggml_cpu_repack_gemm_enabled"),
+    _Switch(
+        TILED_ROW_ORDER_ENV,
+        "tiled_row_order",
+        "the tiled kernel's row order",
+        "ggml_cpu_tiled_row_order_enabled",
+        "ggml_cpu_tiled_row_order_supported",
+    ),
 )
 
 
@@ -152,7 +172,14 @@ def _switch(field: str) -> _Switch:
 
 
 def _carries(lib: Any, switch: _Switch) -> bool:
-    return switch.marker is None or hasattr(_native(lib), switch.marker)
+    """Whether the library has the switch's patch and, where that depends on the build, can
+    honour it (asked without reading the switch)."""
+    if switch.marker is None:
+        return True
+    native = _native(lib)
+    if not hasattr(native, switch.marker):
+        return False
+    return switch.supported is None or bool(getattr(native, switch.supported)())
 
 
 def has_tiled_attention(lib: Any) -> bool:
@@ -165,6 +192,11 @@ def has_repacked_gemm(lib: Any) -> bool:
     return _carries(lib, _switch("repacked_gemm"))
 
 
+def has_tiled_row_order(lib: Any) -> bool:
+    """Whether the loaded llama.cpp sums rows below its tiled kernel in that kernel's order."""
+    return _carries(lib, _switch("tiled_row_order"))
+
+
 def served_kernels(lib: Any) -> Kernels:
     """What a model is served with: each patch the library carries, exact either way."""
     if not has_tiled_attention(lib):
@@ -174,13 +206,17 @@ def served_kernels(lib: Any) -> Kernels:
             "(scripts/install.sh builds it)"
         )
         return BF16_BATCH_INVARIANT
+    kernels = BATCH_INVARIANT
     if not has_repacked_gemm(lib):
         log.warning(
             "this llama-cpp-python lacks superfluid's repacked-gemm patch, so weights are not "
             "repacked: output stays exact, prefill is about 10%% slower (scripts/install.sh builds it)"
         )
-        return replace(BATCH_INVARIANT, repack_weights=False, repacked_gemm=False)
-    return BATCH_INVARIANT
+        kernels = replace(kernels, repack_weights=False, repacked_gemm=False)
+    if not has_tiled_row_order(lib):
+        # A build without the mode (no patch, not AVX2, or VNNI): dot products at every row count.
+        kernels = replace(kernels, tiled_kquants=False, tiled_row_order=False)
+    return kernels
 
 
 _applied: dict[str, bool] = {}
