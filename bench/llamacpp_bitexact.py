@@ -56,12 +56,8 @@ CANDIDATES: dict[str, Kernels] = {
     "BF16 KV cache (unpatched llama.cpp)": BF16_BATCH_INVARIANT,
     "F16 KV cache, stock attention": dataclasses.replace(BATCH_INVARIANT, tiled_attention=False),
     "tiled K-quant, stock row order": dataclasses.replace(BATCH_INVARIANT, tiled_row_order=False),
-    "K-quants untiled": dataclasses.replace(
-        BATCH_INVARIANT, tiled_kquants=False, tiled_row_order=False
-    ),
-    "weights not repacked": dataclasses.replace(
-        BATCH_INVARIANT, repack_weights=False, repacked_gemm=False
-    ),
+    "K-quants untiled": BATCH_INVARIANT.without_tiled_kquants(),
+    "weights not repacked": BATCH_INVARIANT.without_repacking(),
     "stock repacked kernels (gemv below 4 rows)": dataclasses.replace(
         BATCH_INVARIANT, repacked_gemm=False
     ),

@@ -3,11 +3,12 @@
 Times, on the llamacpp runtime and the demo model, a 1,000-token prefill alone and four at once
 (one step, four lanes), a 4 x 65-row verify step and a one-row decode after a 1,000-token
 context, for the served kernels, the BF16 configuration an unpatched llama.cpp is served with,
-llama.cpp's defaults, the served kernels before repacking, and the served kernels with one
-weight-kernel knob turned back to llama.cpp's default (to price what those knobs cost). Each configuration runs in its own
-subprocess (llama.cpp's switches are per process); rounds walk the configurations forwards then
-backwards, and the ratios are of medians over all rounds, so drift on the machine falls on every
-configuration alike.
+llama.cpp's defaults, the served kernels with a weight kernel left as it was before its patch,
+and the served kernels with one weight-kernel knob turned back to llama.cpp's stock kernel (to
+price what those knobs cost). Each configuration runs in its own subprocess (llama.cpp's
+switches are per process); rounds walk the configurations forwards then backwards, and the
+ratios are of medians over all rounds, so drift on the machine falls on every configuration
+alike.
 
     .venv/bin/python -m bench.llamacpp_prefill_cost [--model PATH] [--rounds N] [--reps N]
 """
@@ -35,15 +36,9 @@ from superfluid.application.ports import Feed
 
 CONFIGURATIONS: dict[str, Kernels] = {
     "served": BATCH_INVARIANT,
-    "served with K-quants untiled (before)": dataclasses.replace(
-        BATCH_INVARIANT, tiled_kquants=False, tiled_row_order=False
-    ),
-    "served unrepacked and untiled (first revision)": dataclasses.replace(
-        BATCH_INVARIANT,
-        tiled_kquants=False,
-        tiled_row_order=False,
-        repack_weights=False,
-        repacked_gemm=False,
+    "served with K-quants untiled (before)": BATCH_INVARIANT.without_tiled_kquants(),
+    "served unrepacked and untiled (first revision)": (
+        BATCH_INVARIANT.without_repacking().without_tiled_kquants()
     ),
     "BF16 (unpatched llama.cpp)": BF16_BATCH_INVARIANT,
     "llama.cpp defaults": LLAMACPP_DEFAULT,

@@ -3,9 +3,10 @@
 The adaptive depth gate (docs/contract.md §7) picks k from c(r), the cost of a verify step with r
 rows. This times a step feeding r = 1, 2, 4, 8, 16 tokens with a row after each (one lane), and
 2 and 4 lanes feeding one token each, relative to one lane and one row, on the served
-(batch-invariant) kernels, on the served kernels without repacked weights and on llama.cpp's
-defaults. Shapes are interleaved rep by rep; the median is what a busy machine gives, the
-minimum what a quiet one does.
+(batch-invariant) kernels, on the served kernels without one weight kernel (repacking, the tiled
+K-quant kernel) or with the tiled kernel forced, and on llama.cpp's defaults. Shapes are
+interleaved rep by rep; the median is what a busy machine gives, the minimum what a quiet one
+does.
 
     .venv/bin/python -m bench.llamacpp_step_cost [--model PATH] [--threads N] [--reps N]
         [--context TOKENS] [--only served,served-unrepacked,llama.cpp-defaults] [--grid]
@@ -75,12 +76,8 @@ def measure(
 
 KERNELS = {
     "served": BATCH_INVARIANT,
-    "served-unrepacked": dataclasses.replace(
-        BATCH_INVARIANT, repack_weights=False, repacked_gemm=False
-    ),
-    "served-untiled": dataclasses.replace(
-        BATCH_INVARIANT, tiled_kquants=False, tiled_row_order=False
-    ),
+    "served-unrepacked": BATCH_INVARIANT.without_repacking(),
+    "served-untiled": BATCH_INVARIANT.without_tiled_kquants(),
     "served-tiled-forced": dataclasses.replace(
         BATCH_INVARIANT, tiled_row_order=False, tiled_kquants_forced=True
     ),

@@ -93,6 +93,14 @@ class Kernels:
             and self.stream_per_sequence
         )
 
+    def without_repacking(self) -> Kernels:
+        """These kernels with weights left in the file's layout (stock dot products)."""
+        return replace(self, repack_weights=False, repacked_gemm=False)
+
+    def without_tiled_kquants(self) -> Kernels:
+        """These kernels with K-quant weights on dot products at every row count."""
+        return replace(self, tiled_kquants=False, tiled_row_order=False)
+
 
 #: The configuration every model is served with where llama.cpp carries superfluid's patches.
 BATCH_INVARIANT = Kernels(
@@ -106,16 +114,12 @@ BATCH_INVARIANT = Kernels(
     tiled_row_order=True,
 )
 
-#: Exact on an unpatched llama.cpp too (BF16 stays on one per-row path, no repacking), at BF16's
-#: prefill cost.
+#: Exact on an unpatched llama.cpp too (BF16 stays on one per-row path; stock weight kernels),
+#: at BF16's prefill cost.
 BF16_BATCH_INVARIANT = replace(
-    BATCH_INVARIANT,
-    tiled_kquants=False,
-    tiled_row_order=False,
+    BATCH_INVARIANT.without_repacking().without_tiled_kquants(),
     kv_type=GGML_TYPE_BF16,
     tiled_attention=False,
-    repack_weights=False,
-    repacked_gemm=False,
 )
 
 #: llama.cpp's own defaults, for the benchmarks that compare against them.
@@ -210,12 +214,12 @@ def served_kernels(lib: Any) -> Kernels:
     if not has_repacked_gemm(lib):
         log.warning(
             "this llama-cpp-python lacks superfluid's repacked-gemm patch, so weights are not "
-            "repacked: output stays exact, prefill is about 10%% slower (scripts/install.sh builds it)"
+            "repacked: output stays exact, prefill is about 5%% slower (scripts/install.sh builds it)"
         )
-        kernels = replace(kernels, repack_weights=False, repacked_gemm=False)
+        kernels = kernels.without_repacking()
     if not has_tiled_row_order(lib):
         # A build without the mode (no patch, not AVX2, or VNNI): dot products at every row count.
-        kernels = replace(kernels, tiled_kquants=False, tiled_row_order=False)
+        kernels = kernels.without_tiled_kquants()
     return kernels
 
 
