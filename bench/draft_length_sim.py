@@ -33,35 +33,51 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.http_workloads import COPY_HEAVY, OPEN_ENDED
+from bench.http_workloads import COPY_HEAVY, LONG_PROMPT, OPEN_ENDED
+from superfluid.domain.gates import depth as depth_module
 from superfluid.domain.gates.depth import (
+    AcceptanceModel,
     DepthController,
-    match_class,
     power_of_two_rows,
 )
 from superfluid.domain.gates.step_cost import StepCosts
 from superfluid.domain.prompt_lookup import PromptLookupIndex
 
-#: Cost of a one-lane verify step of r rows, all with logits, relative to one row, as llama.cpp
-#: computes it (no rounding of the logits rows; ADR 0013's first table).
-RAW_COST = {
-    1: 1.00, 2: 2.11, 3: 3.32, 4: 2.63, 5: 3.78, 6: 3.14, 7: 4.39, 8: 3.11,
-    9: 4.27, 10: 3.93, 11: 5.12, 12: 4.59, 13: 5.76, 14: 5.20, 15: 6.42, 16: 5.79,
-}  # fmt: skip
-PADDED_COST = {
-    rows: min(RAW_COST[r] for r in range(rows, 17) if r >= rows) for rows in RAW_COST
-}  # what rounding the logits rows up can reach (cheap_logit_rows takes one such count)
-DEPTH = 15
+#: One lane's verify step of r rows, every row with logits, relative to one row: the served
+#: kernels' grid (docs/benchmarks/step_cost.md, 1 lane), linear between its measured counts.
+#: The runtime rounds logits rows up to counts the head runs cheaply (`cheap_logit_rows`), so
+#: the measured even counts are what a step of any count between them costs.
+GRID_COST = {1: 1.00, 2: 1.22, 4: 1.67, 8: 2.53, 16: 3.94, 32: 6.88, 64: 13.08, 65: 13.41}
+
+
+def _interpolated(points: dict[int, float], rows: int) -> float:
+    below = max(r for r in points if r <= rows)
+    above = min(r for r in points if r >= rows)
+    if below == above:
+        return points[below]
+    return points[below] + (rows - below) / (above - below) * (points[above] - points[below])
+
+
+COST = {rows: _interpolated(GRID_COST, rows) for rows in range(1, 66)}
+DEPTH = 64
 CACHE = Path.home() / ".cache" / "superfluid" / "draft-length-sim.json"
+#: Prompts replayed per workload: the fresh prompts the HTTP bench sends first.
+PROMPTS = {"copy-heavy": 24, "long-prompt": 12, "open-ended": 12}
 
 # A rule: (index of the lane's history, its state dict) -> k; told (drafted, accepted) after.
 Rule = tuple[Callable[[PromptLookupIndex, dict], int], Callable[[dict, int, int], None]]
 
 
 def continuations(tokens: int, refresh: bool) -> dict[str, dict[str, list[int]]]:
+    """Each replayed prompt's tokens and plain-greedy continuation, decoded once and cached."""
+    wanted = {
+        f"{workload.name}/{n}": workload
+        for workload in (COPY_HEAVY, LONG_PROMPT, OPEN_ENDED)
+        for n in range(PROMPTS[workload.name])
+    }
     if CACHE.is_file() and not refresh:
         cached = json.loads(CACHE.read_text())
-        if cached.get("tokens") == tokens:
+        if cached.get("tokens") == tokens and set(cached["prompts"]) == set(wanted):
             return cached["prompts"]
     from superfluid.adapters.llamacpp.demo_model import demo_model_path
     from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
@@ -74,22 +90,20 @@ def continuations(tokens: int, refresh: bool) -> dict[str, dict[str, list[int]]]
     )
     prompts: dict[str, dict[str, list[int]]] = {}
     executor = Executor(runtime, max_lanes=1, clock=time.perf_counter, reuse_prefixes=False)
-    for workload in (COPY_HEAVY, OPEN_ENDED):
-        for variant in workload.variants:
-            prompt = runtime.tokenize(workload.raw_prompt(variant), add_special=True)
-            executor.submit(GenerationRequest(prompt, SamplingParams(temperature=0.0), tokens))
-            out: list[int] = []
-            while not executor.idle:
-                out.extend(t for event in executor.tick() for t in event.tokens)
-            prompts[f"{workload.name}/{variant.name}"] = {"prompt": prompt, "out": out}
+    for name, workload in wanted.items():
+        variant = workload.variant(0, int(name.rsplit("/", 1)[1]))
+        prompt = runtime.tokenize(workload.raw_prompt(variant), add_special=True)
+        executor.submit(GenerationRequest(prompt, SamplingParams(temperature=0.0), tokens))
+        out: list[int] = []
+        while not executor.idle:
+            out.extend(t for event in executor.tick() for t in event.tokens)
+        prompts[name] = {"prompt": prompt, "out": out}
     CACHE.parent.mkdir(parents=True, exist_ok=True)
     CACHE.write_text(json.dumps({"tokens": tokens, "prompts": prompts}))
     return prompts
 
 
-def replay(
-    prompt: list[int], out: list[int], rule: Rule, costs: dict[int, float], *, knows: bool = False
-) -> float:
+def replay(prompt: list[int], out: list[int], rule: Rule, *, knows: bool = False) -> float:
     """Committed tokens per one-row step; `knows`: k is cut to what will be accepted."""
     choose, told = rule
     index = PromptLookupIndex([*prompt, out[0]])
@@ -106,90 +120,97 @@ def replay(
         committed = out[position : position + accepted + 1]
         index.extend(committed)
         position += len(committed)
-        cost += costs[len(draft) + 1]
+        cost += COST[len(draft) + 1]
         told(state, len(draft), accepted)
     return (len(out) - 1) / cost
 
 
-def ramp() -> Rule:
-    def choose(index: PromptLookupIndex, state: dict) -> int:
-        cap = state.get("cap")
-        return DEPTH if cap is None else cap
+def learnt(
+    controller: DepthController, starts: tuple[int, ...], cap_after_miss: int | None
+) -> Rule:
+    """The served policy's depth choice with match classes starting at `starts`; with
+    `cap_after_miss`, a lane whose last draft missed drafts at most that deep next round."""
 
-    def told(state: dict, drafted: int, accepted: int) -> None:
-        if drafted:
-            cap = state.get("cap")
-            state["cap"] = 2 if accepted < drafted else (None if cap is None else min(cap * 4, 15))
-
-    return choose, told
-
-
-def by_match_length() -> Rule:
     def choose(index: PromptLookupIndex, state: dict) -> int:
         length = index.match_length()
-        return 0 if length < 3 else 7 if length < 8 else 15
-
-    return choose, lambda state, drafted, accepted: None
-
-
-def learnt(controller: DepthController, costs: dict[int, float]) -> Rule:
-    def choose(index: PromptLookupIndex, state: dict) -> int:
-        length = index.match_length()
-        state["class"] = match_class(length)
-        return controller.choose(state["class"]) if length else 0
+        state["class"] = sum(1 for start in starts if length >= start)
+        k = controller.choose(state["class"]) if length else 0
+        if cap_after_miss is not None and state.get("missed"):
+            k = min(k, cap_after_miss)
+        return k
 
     def told(state: dict, drafted: int, accepted: int) -> None:
         if drafted:
             controller.record_round(drafted, accepted, klass=state["class"])
-        controller.record_step(drafted + 1, costs[drafted + 1])
+            state["missed"] = accepted < drafted
+        controller.record_step(drafted + 1, COST[drafted + 1])
 
     return choose, told
 
 
+def served(
+    prompts: list[dict[str, list[int]]],
+    cap: int,
+    starts: tuple[int, ...],
+    cap_after_miss: int | None = None,
+) -> float:
+    """The served policy at depth cap `cap`, warmed up over one pass of the prompts."""
+    controller = DepthController(
+        default_depth=4,
+        max_depth=cap,
+        costs=StepCosts(),
+        acceptance=AcceptanceModel(cap),
+        candidates=power_of_two_rows(cap),
+        may_skip=True,
+    )
+    rule = learnt(controller, starts, cap_after_miss)
+    for _ in range(2):  # the first pass warms the controller up, as a server's first requests
+        runs = [replay(p["prompt"], p["out"], rule) for p in prompts]
+    return sum(runs) / len(runs)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--refresh", action="store_true", help="decode the continuations again")
     args = parser.parse_args()
     prompts = continuations(args.tokens, args.refresh)
-    workloads = ("copy-heavy", "open-ended")
+    workloads = tuple(PROMPTS)
+    assert len(depth_module.MATCH_CLASS_STARTS) >= 3  # the sim's rules use up to four classes
 
-    def mean(rule: Callable[[], Rule], costs: dict[int, float], workload: str, **kw: bool) -> float:
+    def mine(workload: str) -> list[dict[str, list[int]]]:
+        return [p for name, p in prompts.items() if name.startswith(workload + "/")]
+
+    def best_k(workload: str) -> float:
+        def always(index: PromptLookupIndex, state: dict) -> int:
+            return DEPTH
+
         runs = [
-            replay(p["prompt"], p["out"], rule(), costs, **kw)
-            for name, p in prompts.items()
-            if name.startswith(workload)
+            replay(p["prompt"], p["out"], (always, lambda *a: None), knows=True)
+            for p in mine(workload)
         ]
         return sum(runs) / len(runs)
 
-    def served(costs: dict[int, float], workload: str) -> float:
-        controller = DepthController(
-            default_depth=4,
-            max_depth=DEPTH,
-            costs=StepCosts(),
-            candidates=power_of_two_rows(DEPTH),
-            may_skip=True,
-        )
-        mine = [p for name, p in prompts.items() if name.startswith(workload)]
-        for _ in range(2):  # the first pass warms the controller up, as a server's first requests
-            runs = [replay(p["prompt"], p["out"], learnt(controller, costs), costs) for p in mine]
-        return sum(runs) / len(runs)
-
-    rows: dict[str, Callable[[dict[int, float], str], float]] = {
-        "ramp d15 (session 3)": lambda costs, w: mean(ramp, costs, w),
-        "match length (2: none, 3-7: 7, 8+: 15)": lambda costs, w: mean(by_match_length, costs, w),
-        "per class, learnt (served)": served,
-        "best k (knows the acceptance)": lambda costs, w: mean(
-            lambda: (lambda index, state: DEPTH, lambda *a: None), costs, w, knows=True
-        ),
-        f"oracle, depth {DEPTH}": lambda costs, w: (DEPTH + 1) / costs[DEPTH + 1],
+    rows: dict[str, Callable[[str], float]] = {
+        "served before: cap 15, classes 3/8": lambda w: served(mine(w), 15, (3, 8)),
+        "cap 64, classes 3/8 (served)": lambda w: served(mine(w), 64, (3, 8)),
+        "cap 64, classes 3/8/16": lambda w: served(mine(w), 64, (3, 8, 16)),
+        "cap 64, classes 3/8/32": lambda w: served(mine(w), 64, (3, 8, 32)),
+        "cap 64, classes 3/8/48": lambda w: served(mine(w), 64, (3, 8, 48)),
+        "cap 64, classes 3/8, 7 after a miss": lambda w: served(mine(w), 64, (3, 8), 7),
+        "cap 64, classes 3/8, 15 after a miss": lambda w: served(mine(w), 64, (3, 8), 15),
+        "cap 64, classes 3/8, 31 after a miss": lambda w: served(mine(w), 64, (3, 8), 31),
+        "best k (knows the acceptance), cap 64": best_k,
+        "oracle, depth 15": lambda w: 16 / COST[16],
+        "oracle, depth 31": lambda w: 32 / COST[32],
+        "oracle, depth 63": lambda w: 64 / COST[64],
     }
-    print(f"{len(prompts)} prompts, {args.tokens} tokens each; tokens per one-row step\n")
-    print("| rule | copy-heavy raw | copy-heavy padded | open-ended raw | open-ended padded |")
-    print("|---|---|---|---|---|")
+    counts = ", ".join(f"{len(mine(w))} {w}" for w in workloads)
+    print(f"{counts} prompts, {args.tokens} tokens each; committed tokens per one-row step\n")
+    print("| rule | " + " | ".join(workloads) + " |")
+    print("|---|" + "---|" * len(workloads))
     for name, figure in rows.items():
-        cells = [figure(c, w) for w in workloads for c in (RAW_COST, PADDED_COST)]
-        print(f"| {name} | " + " | ".join(f"{x:.2f}" for x in cells) + " |")
+        print(f"| {name} | " + " | ".join(f"{figure(w):.2f}" for w in workloads) + " |")
 
 
 if __name__ == "__main__":

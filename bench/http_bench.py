@@ -81,7 +81,7 @@ from bench.http_servers import (
     running,
     superfluid_spec,
 )
-from bench.http_workloads import WORKLOADS, Workload
+from bench.http_workloads import DEFAULT_WORKLOADS, WORKLOADS, Workload
 from bench.raw_loop import RawLoop
 
 # llama-cpp-python's sampling defaults add top-k 40, min-p 0.05, top-p 0.95 and a 1.1 repeat
@@ -152,7 +152,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=(0.0,),
         help="temperatures for llama-cpp-python (default greedy only: its cells serialize)",
     )
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS))
     parser.add_argument(
         "--systems",
         default=",".join(DEFAULT_SYSTEMS),

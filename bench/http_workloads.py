@@ -32,8 +32,10 @@ The fourth sends fresh prompts: no prompt twice in one server's life (see below)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 
 GEMMA_TURN = "<start_of_turn>user\n{content}<end_of_turn>\n<start_of_turn>model\n"
 
@@ -152,23 +154,171 @@ def reference_documents() -> tuple[str, ...]:
     return tuple(documents)
 
 
+def long_prompt(n: int) -> Variant:
+    """Long prompt n: task n // D on document n % D (D documents), so the first D prompts are D
+    different documents and later ones put another task in front of them."""
+    documents = reference_documents()
+    task = LONG_PROMPT_TASKS[(n // len(documents)) % len(LONG_PROMPT_TASKS)]
+    text = f"{task}\n\nDocument:\n\n{documents[n % len(documents)]}"
+    return Variant(f"document {n % len(documents)}", text)
+
+
+#: Standard-library modules whose functions the copy-heavy prompts edit: pure Python, shipped
+#: with every CPython, code nobody here wrote. Their order fixes which prompt is which.
+SOURCE_MODULES = (
+    "textwrap", "difflib", "argparse", "csv", "shutil", "tarfile", "zipfile", "calendar",
+    "fractions", "statistics", "heapq", "configparser", "string", "html/parser", "email/utils",
+    "urllib/parse", "ipaddress", "pathlib", "tempfile", "glob", "fnmatch", "pprint",
+    "dataclasses", "functools", "inspect", "tokenize", "gettext", "locale", "mailbox",
+    "plistlib", "sched", "queue", "selectors", "socketserver", "uuid", "wave", "shlex", "netrc",
+    "mimetypes", "base64", "quopri", "getopt", "optparse", "trace", "doctest", "unittest/case",
+    "logging/__init__", "logging/handlers", "http/cookiejar", "http/cookies",
+    "xml/dom/minidom", "imaplib", "smtplib", "ftplib", "pickletools", "codecs", "ast", "enum",
+)  # fmt: skip
+#: Functions of this many lines: 128 reply tokens are all copying, and the prompt stays short.
+SOURCE_LINES = (12, 40)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFunction:
+    """A function cut from the standard library, and the parameter an edit may rename."""
+
+    where: str  # module:name
+    name: str
+    code: str
+    parameter: str | None  # a parameter the body uses, other than self/cls
+
+
+@cache
+def source_functions() -> tuple[SourceFunction, ...]:
+    """Functions and methods of `SOURCE_MODULES` of 12–40 lines, the modules taken in turn
+    (1,000 on CPython 3.11)."""
+    import ast
+    import sysconfig
+    import textwrap
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    found = []
+    for module in SOURCE_MODULES:
+        path = stdlib / f"{module}.py"
+        if not path.is_file():
+            continue
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.FunctionDef) or node.end_lineno is None:
+                continue
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if not SOURCE_LINES[0] <= node.end_lineno - start + 1 <= SOURCE_LINES[1]:
+                continue
+            code = textwrap.dedent("\n".join(lines[start - 1 : node.end_lineno]))
+            used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            parameters = [
+                a.arg
+                for a in node.args.args
+                if a.arg not in ("self", "cls") and len(a.arg) > 2 and a.arg in used
+            ]
+            found.append(
+                SourceFunction(
+                    f"{module}:{node.name}", node.name, code, parameters[0] if parameters else None
+                )
+            )
+    # Round-robin over the modules, so that neighbouring prompts (a round's clients) come
+    # from different files.
+    by_module: dict[str, list[SourceFunction]] = {}
+    for function in sorted(set(found), key=lambda f: f.where + f.code):
+        by_module.setdefault(function.where.split(":")[0], []).append(function)
+    queues = [by_module[m] for m in SOURCE_MODULES if m in by_module]
+    depth = max(len(queue) for queue in queues)
+    return tuple(queue[i] for i in range(depth) for queue in queues if i < len(queue))
+
+
+def _edit(function: SourceFunction, n: int) -> str:
+    """The edit prompt n asks for: a rename the reply must make while copying the rest."""
+    if function.parameter is not None and n % 2:
+        return (
+            f"Rename the parameter `{function.parameter}` to `{function.parameter}_value` "
+            "everywhere in the function above and print the whole updated function in a python "
+            "code block. Change nothing else."
+        )
+    return (
+        f"Rename the function `{function.name}` to `{function.name}_v2` and print the whole "
+        "updated function in a python code block. Change nothing else."
+    )
+
+
+def copy_heavy_prompt(n: int) -> Variant:
+    """Copy-heavy prompt n: a standard-library function and an edit to make while copying it."""
+    functions = source_functions()
+    function = functions[n % len(functions)]
+    text = f"Here is a Python function:\n\n```python\n{function.code}\n```\n\n{_edit(function, n)}"
+    return Variant(function.where, text)
+
+
+def code_session(n: int) -> Variant:
+    """Multi-turn session n: the copy-heavy prompt n, then a second edit, a question, a copy."""
+    first = copy_heavy_prompt(n)
+    function = source_functions()[n % len(source_functions())]
+    return Variant(
+        first.name,
+        first.text,
+        (
+            "Now also add a one-line comment above the `def` line saying what the function "
+            "does, and print the whole function again.",
+            "Explain in a few sentences when this function would raise an exception.",
+            f"Print the function once more, exactly as you last printed it, but named "
+            f"`{function.name}_final`.",
+        ),
+    )
+
+
+#: Open-ended openings are built from these parts, one of each, in an order no two prompts
+#: share: 14 × 12 × 12 = 2,016 openings, continued freely by the model.
+OPENING_PEOPLE = (
+    "The old lighthouse keeper", "A young engineer named Clara", "The village baker",
+    "My grandmother", "The ship's cook", "A retired schoolteacher", "The night-shift nurse",
+    "A travelling musician", "The mayor's youngest son", "An astronomer from Lyon",
+    "The woman who ran the ferry", "A boy with a broken bicycle", "The last tailor on Elm Street",
+    "A botanist on her first expedition",
+)  # fmt: skip
+OPENING_PLACES = (
+    "in a town at the edge of the moor", "on the morning the river froze",
+    "during the long dry summer of 1921", "in a city that never finished its cathedral",
+    "on an island with one road", "the winter the mines closed", "at the top of a mountain pass",
+    "in the week before the harvest fair", "on a train crossing the steppe",
+    "in a house full of clocks", "the year the circus stayed", "beside a canal that led nowhere",
+)  # fmt: skip
+OPENING_TURNS = (
+    "had kept a secret for eleven years, and", "found a letter that was not meant for anyone, and",
+    "decided one evening to leave without a word, because", "was the only one who noticed that",
+    "had never once been late, until", "kept a notebook of everything strangers said, and",
+    "heard the bells ring at the wrong hour, and", "made a promise that would be hard to keep:",
+    "was asked a question nobody had dared to ask:", "planted a garden where nothing grew, and",
+    "opened the door to a visitor who", "began to write down the history of",
+)  # fmt: skip
+
+
+def open_ended_prompt(n: int) -> Variant:
+    """Opening n: person n mod 14, place and turn walked so that no two of the first 2,016
+    openings share all three parts."""
+    people, places, turns = OPENING_PEOPLE, OPENING_PLACES, OPENING_TURNS
+    person = people[n % len(people)]
+    place = places[(n // len(people)) % len(places)]
+    turn = turns[(n // (len(people) * len(places)) + n) % len(turns)]
+    return Variant(f"opening {n}", f"{person}, {place}, {turn}")
+
+
 @dataclass(slots=True)
 class FreshPrompts:
-    """Prompts handed out once each: the n-th (round, client) asked for gets prompt n.
+    """Prompts handed out once each: the n-th (round, client) asked for gets `make(n)`."""
 
-    Prompt n is task n // D on document n % D (D documents), so the first D prompts are D
-    different documents and later ones put another task in front of them."""
-
+    make: Callable[[int], Variant] = long_prompt
     given: dict[tuple[int, int], Variant] = field(default_factory=dict)
 
     def variant(self, run: int, client: int) -> Variant:
         key = (run, client)
         if key not in self.given:
-            documents = reference_documents()
-            n = len(self.given)
-            task = LONG_PROMPT_TASKS[(n // len(documents)) % len(LONG_PROMPT_TASKS)]
-            text = f"{task}\n\nDocument:\n\n{documents[n % len(documents)]}"
-            self.given[key] = Variant(f"document {n % len(documents)}", text)
+            self.given[key] = self.make(len(self.given))
         return self.given[key]
 
 
@@ -182,6 +332,8 @@ class Workload:
 
     @property
     def multi_turn(self) -> bool:
+        if self.fresh is not None:
+            return bool(self.fresh.make(0).follow_ups)
         return any(v.follow_ups for v in self.variants)
 
     def first_line(self, variant: Variant, run: int, client: int) -> str:
@@ -201,8 +353,8 @@ class Workload:
         return GEMMA_TURN.format(content=variant.text) if self.chat else variant.text
 
 
-COPY_HEAVY = Workload(
-    "copy-heavy",
+COPY_HEAVY_REPEATED = Workload(
+    "copy-heavy repeated",
     chat=True,
     variants=(
         Variant(
@@ -226,8 +378,8 @@ COPY_HEAVY = Workload(
     ),
 )
 
-OPEN_ENDED = Workload(
-    "open-ended",
+OPEN_ENDED_REPEATED = Workload(
+    "open-ended repeated",
     chat=False,
     variants=(
         Variant(
@@ -265,13 +417,13 @@ OPEN_ENDED = Workload(
     ),
 )
 
-MULTI_TURN = Workload(
-    "multi-turn",
+MULTI_TURN_REPEATED = Workload(
+    "multi-turn repeated",
     chat=True,
     variants=(
         Variant(
             "code session",
-            COPY_HEAVY.variants[0].text,
+            COPY_HEAVY_REPEATED.variants[0].text,
             (
                 "Now rename `gaps` to `uncovered` and print the whole module again.",
                 "Explain in a few sentences what `merge_intervals` does with touching intervals.",
@@ -280,7 +432,7 @@ MULTI_TURN = Workload(
         ),
         Variant(
             "file session",
-            COPY_HEAVY.variants[1].text,
+            COPY_HEAVY_REPEATED.variants[1].text,
             (
                 "Also rename `total` to `count_all` and print the whole file again.",
                 "Write a short paragraph on how you would test the `remove` method.",
@@ -289,7 +441,7 @@ MULTI_TURN = Workload(
         ),
         Variant(
             "quote session",
-            COPY_HEAVY.variants[2].text,
+            COPY_HEAVY_REPEATED.variants[2].text,
             (
                 "Now quote the first paragraph word for word.",
                 "Write a new paragraph in the same style about the harbour in winter.",
@@ -299,6 +451,25 @@ MULTI_TURN = Workload(
     ),
 )
 
+COPY_HEAVY = Workload("copy-heavy", chat=True, variants=(), fresh=FreshPrompts(copy_heavy_prompt))
+OPEN_ENDED = Workload("open-ended", chat=False, variants=(), fresh=FreshPrompts(open_ended_prompt))
+MULTI_TURN = Workload("multi-turn", chat=True, variants=(), fresh=FreshPrompts(code_session))
 LONG_PROMPT = Workload("long-prompt", chat=True, variants=(), fresh=FreshPrompts())
 
-WORKLOADS = {w.name: w for w in (COPY_HEAVY, OPEN_ENDED, MULTI_TURN, LONG_PROMPT)}
+#: The measured workloads send fresh prompts; `copy-heavy repeated` is the named cell that sends
+#: three prompts over and over (what a cross-request n-gram pool is handed); the other repeated
+#: sets stay for comparison with earlier reports.
+WORKLOADS = {
+    w.name: w
+    for w in (
+        COPY_HEAVY,
+        OPEN_ENDED,
+        MULTI_TURN,
+        LONG_PROMPT,
+        COPY_HEAVY_REPEATED,
+        OPEN_ENDED_REPEATED,
+        MULTI_TURN_REPEATED,
+    )
+}
+#: What a run measures unless `--workloads` says otherwise.
+DEFAULT_WORKLOADS = ("copy-heavy", "long-prompt", "open-ended", "multi-turn", "copy-heavy repeated")

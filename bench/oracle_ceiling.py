@@ -2,9 +2,10 @@
 
     .venv/bin/python -m bench.oracle_ceiling [--quick] [--model PATH] [--out DIR] ...
 
-In-process, like bench/executor_speed.py, on the HTTP bench's copy-heavy and open-ended prompts
-(the Gemma chat turn for copy-heavy, the bare text for open-ended; client i of run r gets variant
-(i + r) mod n, as over HTTP). Per workload and client count, greedy:
+In-process, like bench/executor_speed.py, on the HTTP bench's fresh copy-heavy, long-prompt and
+open-ended prompts (the Gemma chat turn for chat workloads, the bare text for open-ended; the
+(run, client) pairs are handed prompts in the order first asked, as over HTTP, and plain, the
+oracle and auto decode the same ones). Per workload and client count, greedy:
 
 1. **plain** — the executor without a drafter. Its output is each prompt's plain-greedy
    continuation at that lane count.
@@ -37,7 +38,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.http_workloads import COPY_HEAVY, OPEN_ENDED, Workload
+from bench.http_workloads import COPY_HEAVY, LONG_PROMPT, OPEN_ENDED, Workload
 from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.requests import GenerationRequest
@@ -45,7 +46,7 @@ from superfluid.domain.gates.policy import SpecPolicy, TickPlan
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings, default_depth
 
-WORKLOADS = {w.name: w for w in (COPY_HEAVY, OPEN_ENDED)}
+WORKLOADS = {w.name: w for w in (COPY_HEAVY, LONG_PROMPT, OPEN_ENDED)}
 SETTLED = ("speculate", "plain", "final-plain")
 
 
@@ -414,7 +415,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, help="measured runs per cell (default 3; quick 1)")
     parser.add_argument("--tokens", type=int, help="max tokens per request (default 128; quick 64)")
     parser.add_argument("--clients", help="client counts (default 1,2,4,8; quick 1)")
-    parser.add_argument("--depths", help="oracle draft depths (default 4,8,15; quick 8,15)")
+    parser.add_argument("--depths", help="oracle draft depths (default 15,31,63; quick 15,63)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument(
         "--passes", type=int, default=3, help="oracle passes at most per run (see measure_cell)"
@@ -431,7 +432,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.runs = args.runs or (1 if q else 3)
     args.tokens = args.tokens or (64 if q else 128)
     args.clients = tuple(int(c) for c in (args.clients or ("1" if q else "1,2,4,8")).split(","))
-    args.depths = tuple(int(d) for d in (args.depths or ("8,15" if q else "4,8,15")).split(","))
+    args.depths = tuple(int(d) for d in (args.depths or ("15,63" if q else "15,31,63")).split(","))
     args.workloads = tuple(w for w in args.workloads.split(",") if w)
     for name in args.workloads:
         if name not in WORKLOADS:

@@ -72,7 +72,7 @@ def test_the_demo_model_loads_able_to_verify_and_cut(runtime: LlamaCppRuntime) -
     assert caps.verify_rows and caps.verify_batches and caps.truncate_partial
     assert caps.cut_refusal is None
     assert caps.strategies == ("prompt-lookup",)
-    assert caps.max_verify_rows == 16
+    assert caps.max_verify_rows == 65
     assert (caps.context_size, caps.max_sequences) == (512, 4)
     assert runtime.sliding_window() > 0
 
@@ -203,7 +203,7 @@ def test_verify_rows_equal_plain_rows_whatever_the_other_lanes_do(
                 Feed(seqs[1], text[held[1] : held[1] + 4], held[1], all_rows=True),
             ]
         )
-    assert rt.capabilities.max_verify_rows == 16
+    assert rt.capabilities.max_verify_rows == 65
     assert [len(r) for r in packed] == [1, rows, 4]
     np.testing.assert_array_equal(packed[1], plain)
 

@@ -1,5 +1,7 @@
 """Properties of the speculation gates under arbitrary event sequences."""
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -219,19 +221,21 @@ def lane_state(policy, lane_count):
             gate.last_wait,
             gate.last_verdict,
         )
-    # Step costs (and so the depth, which weighs them, down to whether a match class drafts at
-    # all) are shared by lane counts on purpose: they are priced by a step's total rows
-    # (gates/step_cost.py). The verdicts and the acceptance learnt are not.
+    # Step costs and acceptance (and so the depth, down to whether a match class drafts at all)
+    # are shared by lane counts on purpose: costs are priced by a step's total rows
+    # (gates/step_cost.py), and acceptance is the text's and the drafter's, not the lane
+    # count's (gates/depth.py, AcceptanceModel). The gate's samples and verdicts are not.
     verdict = not policy.abandoned and (gate is None or gate.speculate)
-    acceptance = [depth.conditional_acceptance(k) for k in range(MATCH_CLASSES)]
-    return verdict, gate_state, acceptance
+    return verdict, gate_state, depth.default_depth
 
 
 @given(spec_settings(min_yield=0.0), tunings, events)
-def test_what_happens_at_one_lane_count_never_changes_another(settings, tuning, seq):
+def test_what_happens_at_one_lane_count_never_changes_another_gate(settings, tuning, seq):
     # The yield floor is per model by design (it abandons the whole strategy), so it is off here;
-    # the per-model request count is shared too, as the clock re-probes are timed by; and the
-    # step-cost table is per model, keyed by total rows.
+    # the per-model request count is shared too, as the clock re-probes are timed by. With
+    # adaptive depth on, shared acceptance may find that no class pays anywhere, which ends a
+    # probe at every lane count (`decline`); with it off, the gates are wholly apart.
+    settings = dataclasses.replace(settings, adaptive=False)
     everything = SpecPolicy(settings, default_depth=4, tuning=tuning)
     lane_two_only = SpecPolicy(settings, default_depth=4, tuning=tuning)
     for event in seq:
@@ -239,6 +243,17 @@ def test_what_happens_at_one_lane_count_never_changes_another(settings, tuning, 
         if event[0] == "finish" or event[1] == 2:
             apply(lane_two_only, event)
         assert lane_state(everything, 2) == lane_state(lane_two_only, 2)
+
+
+@given(spec_settings(min_yield=0.0), tunings, events)
+def test_acceptance_learnt_at_any_lane_count_is_the_same_at_every_lane_count(settings, tuning, seq):
+    policy = SpecPolicy(settings, default_depth=4, tuning=tuning)
+    for event in seq:
+        apply(policy, event)
+    seen = [policy.depth(lanes) for lanes in (1, 2, 3, 8)]
+    for klass in range(MATCH_CLASSES):
+        rates = {tuple(depth.conditional_acceptance(klass)) for depth in seen}
+        assert len(rates) == 1
 
 
 # -- the re-probe schedule -----------------------------------------------------------------

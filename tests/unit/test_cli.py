@@ -23,8 +23,8 @@ def gguf(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--spec-draft-tokens", "0"], "--spec-draft-tokens must be in 1..=15"),
-        (["--spec-draft-tokens", "16"], "--spec-draft-tokens must be in 1..=15"),
+        (["--spec-draft-tokens", "0"], "--spec-draft-tokens must be in 1..=64"),
+        (["--spec-draft-tokens", "65"], "--spec-draft-tokens must be in 1..=64"),
         (["--spec-draft-tokens", "many"], '--spec-draft-tokens expects a number, got "many"'),
         (["--spec-min-yield", "-1"], "--spec-min-yield must be finite and non-negative"),
         (["--spec-min-yield", "nan"], "--spec-min-yield must be finite and non-negative"),

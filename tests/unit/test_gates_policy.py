@@ -98,7 +98,8 @@ def test_a_failed_request_may_no_longer_draft_but_others_may():
     assert not policy.may_draft("bad")
     assert policy.may_draft("fresh")
     assert not policy.abandoned
-    assert policy.plan(1).speculate  # (at 2 lanes the depth gate has learnt drafts fail there)
+    # Acceptance is learnt once per model: drafts that fail at 2 lanes price drafts at 1 too.
+    assert policy.plan(1) == PLAIN
 
 
 def test_a_speculating_tick_that_drafted_nothing_is_recorded_as_plain():
@@ -180,15 +181,15 @@ def test_sure_drafts_go_deep_and_unsure_ones_stop_drafting():
     rounds_by_class(policy, 300, [lambda d: 0, lambda d: min(d, 1), lambda d: d])
     plan = policy.plan(1)
     assert plan.by_class[0] == 0  # never accepted: not worth a row
-    assert plan.by_class[2] == 15  # always accepted: as deep as the runtime verifies
-    assert plan.depth == 15
-    assert plan.depth_for(0) == 0 and plan.depth_for(2) == 15
+    assert plan.by_class[2] == 64  # always accepted: as deep as the runtime verifies
+    assert plan.depth == 64
+    assert plan.depth_for(0) == 0 and plan.depth_for(2) == 64
 
 
 def test_a_drafter_without_match_classes_gets_one_depth():
     policy = make_policy(SpecSettings(throughput_gate=False, min_yield=0.0))
     rounds_by_class(policy, 300, [lambda d: d])
-    assert policy.plan(1) == TickPlan(15)
+    assert policy.plan(1) == TickPlan(64)
 
 
 def test_tuned_depths_verify_a_power_of_two_rows():
@@ -264,3 +265,33 @@ def test_rounds_drafted_at_a_learning_depth_do_not_count_for_the_yield_floor():
     for _ in range(4):
         policy.record_round("r", 3, drafted=4, accepted=0)  # now tuned: these count
     assert policy.request_verdict("r") is RequestYield.FAILED
+
+
+def test_a_lane_count_where_no_class_would_draft_is_decided_plain_at_once():
+    policy = make_policy(match_classes=1)
+    tune(policy, 1)  # drafts at 1 lane are never accepted
+    assert policy.plan(1) == PLAIN  # class 0 tuned to no draft
+    gate = policy.gate(4)
+    assert gate is not None and gate.phase is Phase.WARM_UP
+    assert policy.plan(4) == PLAIN  # 4 lanes price drafts from what 1 lane learnt
+    policy.record_plain_tick(4, committed=4, seconds=0.01)
+    assert gate.phase is Phase.PLAIN  # decided, without a tick of speculation
+    assert policy.states()[-1].phase is Phase.PLAIN
+
+
+def test_a_new_lane_count_starts_tuned_from_what_the_others_learnt():
+    policy = make_policy(SpecSettings(throughput_gate=False, min_yield=0.0))
+    for _ in range(ROUNDS_BEFORE_TUNING * 4):
+        policy.record_round("r", 1, drafted=7, accepted=7)
+    assert policy.depth(1).mode.value == "tuned"
+    assert policy.depth(8).mode.value == "tuned"  # no learning rounds at 8 lanes
+    assert policy.plan(8).depth > 3  # not the learning depth
+
+
+def test_ticks_a_learning_class_drafted_count_towards_the_gates_deadline():
+    policy = make_policy(tuning=GateTuning(probe_ticks=3, settle_ticks=5))
+    for _ in range(5):
+        policy.record_round("r", 2, drafted=3, accepted=1)  # class 0 still learning
+        policy.record_spec_tick(2, drafted=3, committed=2, seconds=0.02, rows=4)
+    gate = policy.gate(2)
+    assert gate is not None and gate.phase is Phase.PLAIN  # nothing measured: a loss

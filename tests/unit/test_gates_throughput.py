@@ -220,3 +220,52 @@ def test_a_stray_speculating_tick_while_plain_changes_nothing():
     spec_ticks(gate, 50, 9, 0.001)
     assert gate.phase is Phase.PLAIN
     assert gate.reprobe_at == 32
+
+
+# -- settling -------------------------------------------------------------------------------
+
+
+def test_a_probe_that_sees_too_few_drafts_settles_at_the_deadline_on_what_it_measured():
+    gate = make_gate(tuning=GateTuning(probe_ticks=4, settle_ticks=12))
+    gate.record_spec_tick(5, 0.012)  # warm-up
+    gate.record_spec_tick(5, 0.012)  # one measured speculating tick, far too few for a probe
+    plain_ticks(gate, 9)
+    assert gate.phase is Phase.PROBE_SPEC  # the plain half is done, the speculating half not
+    gate.record_plain_tick(PLAIN_TOKENS, PLAIN_SECONDS)  # the 12th tick of the probe
+    assert gate.phase is Phase.SPECULATE  # ~417 tokens/s against 200, on what there was
+    assert gate.last_verdict is not None and gate.last_verdict.speculate
+
+
+def test_a_probe_that_never_drafted_settles_as_a_loss_at_the_deadline():
+    gate = make_gate(tuning=GateTuning(probe_ticks=4, settle_ticks=12))
+    plain_ticks(gate, 11)
+    assert gate.phase is Phase.WARM_UP
+    gate.record_unmeasured_tick()  # learning ticks count towards the deadline too
+    assert gate.phase is Phase.PLAIN
+    assert gate.reprobe_at == 32
+    assert gate.last_verdict is not None and not gate.last_verdict.speculate
+
+
+def test_a_declined_probe_is_a_loss_and_a_decided_gate_ignores_decline():
+    gate = make_gate()
+    gate.decline()
+    assert gate.phase is Phase.PLAIN and gate.reprobe_at == 32
+    won = make_gate()
+    win(won)
+    won.decline()
+    assert won.phase is Phase.SPECULATE
+
+
+def test_the_deadline_restarts_with_every_probe():
+    tuning = GateTuning(probe_ticks=4, window_ticks=20, early_stop_ticks=6, settle_ticks=12)
+    gate = make_gate(tuning=tuning)
+    gate.record_spec_tick(5, 0.012)
+    spec_ticks(gate, 4, 5, 0.012)
+    plain_ticks(gate, 4)  # decided at tick 9 of 12
+    assert gate.phase is Phase.SPECULATE
+    spec_ticks(gate, 20, 5, 0.012)  # the window ends: a re-check, a fresh probe
+    assert gate.phase is Phase.PROBE_PLAIN
+    plain_ticks(gate, 3)  # nowhere near 12 ticks into this probe: not cut short
+    assert gate.phase is Phase.PROBE_PLAIN
+    plain_ticks(gate, 1)
+    assert gate.phase is Phase.SPECULATE

@@ -38,7 +38,8 @@ def test_each_strategy_has_the_contracts_default_depth(strategy, kwargs, depth):
 
 
 def test_a_block_drafter_wider_than_fifteen_drafts_fifteen():
-    assert default_depth("dflash", block_size=16) == 15
+    assert default_depth("dflash", block_size=16) == 16
+    assert default_depth("dflash", block_size=70) == 64
 
 
 @pytest.mark.parametrize("block_size", [None, 0, -3])
@@ -64,8 +65,8 @@ def test_off_and_unknown_strategies_have_no_depth():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (SpecSettings(draft_tokens=0), "--spec-draft-tokens must be in 1..=15"),
-        (SpecSettings(draft_tokens=16), "--spec-draft-tokens must be in 1..=15"),
+        (SpecSettings(draft_tokens=0), "--spec-draft-tokens must be in 1..=64"),
+        (SpecSettings(draft_tokens=65), "--spec-draft-tokens must be in 1..=64"),
         (SpecSettings(min_yield=-0.1), "--spec-min-yield must be finite and non-negative"),
         (SpecSettings(min_yield=math.nan), "--spec-min-yield must be finite and non-negative"),
         (SpecSettings(min_yield=math.inf), "--spec-min-yield must be finite and non-negative"),
@@ -126,6 +127,8 @@ def test_the_defaults_are_the_contracts_and_valid():
     [
         SpecSettings(draft_tokens=1),
         SpecSettings(draft_tokens=15),
+        SpecSettings(draft_tokens=16),
+        SpecSettings(draft_tokens=64),
         SpecSettings(min_yield=0.0),
         SpecSettings(min_speedup=1.0),
         SpecSettings(max_temperature=0.0),
@@ -316,11 +319,11 @@ def test_without_overrides_the_default_depth_applies():
     assert depth_for("prompt-lookup", SpecSettings(), {"SUPERFLUID_MTP_DRAFTS": "99"}) == 4
 
 
-@pytest.mark.parametrize("raw", ["0", "16"])
+@pytest.mark.parametrize("raw", ["0", "65"])
 def test_a_strategy_depth_variable_out_of_range_is_refused(raw):
     with pytest.raises(SettingsError) as refused:
         depth_for("eagle3", SpecSettings(), {"SUPERFLUID_EAGLE_DRAFTS": raw})
-    assert refused.value.message == "SUPERFLUID_EAGLE_DRAFTS must be in 1..=15"
+    assert refused.value.message == "SUPERFLUID_EAGLE_DRAFTS must be in 1..=64"
 
 
 def test_a_malformed_strategy_depth_variable_names_it():

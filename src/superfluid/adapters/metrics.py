@@ -18,7 +18,7 @@ Series:
     superfluid_spec_accepted_total{model}             draft tokens accepted (counted per tick)
     superfluid_spec_accepted_position_total{model,position}
                                                       accepted draft tokens at draft position
-                                                      1..15 (1 = the first drafted token)
+                                                      1..64 (1 = the first drafted token)
     superfluid_spec_depth{model,lanes}                the depth a speculating tick uses at that
                                                       lane count
     superfluid_spec_gate_speculating{model,lanes}     1 while the throughput gate speculates

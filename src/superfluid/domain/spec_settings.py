@@ -24,8 +24,10 @@ from typing import overload
 from superfluid.domain.errors import SettingsError
 from superfluid.domain.strategies import Strategy as Strategy
 
-#: The deepest draft any strategy may propose (`--spec-draft-tokens` is 1..=15).
-MAX_DRAFT_TOKENS = 15
+#: The deepest draft any strategy may propose (`--spec-draft-tokens` is 1..=64). The seed sets
+#: no ceiling; 15 was the upstream CLI's. Past 15 a draft pays only on long exact copies at one
+#: or two lanes (docs/benchmarks/step_cost.md), and the gates choose when (ADR 0013).
+MAX_DRAFT_TOKENS = 64
 MIN_DRAFT_TOKENS = 1
 
 #: A block drafter whose header does not state its block width gets this depth. A block drafter
@@ -93,7 +95,7 @@ def default_depth(strategy: str, *, block_size: int | None = None, arch: str | N
     """The draft depth a strategy uses when nothing overrides it (§4).
 
     `arch` is the target's header `arch` (it matters for `mtp-head` only); `block_size` is the
-    block drafter's block width (DFlash/DSpark only), clamped into 1..=15. `off` has no depth.
+    block drafter's block width (DFlash/DSpark only), clamped into 1..=64. `off` has no depth.
     """
     chosen = strategy_of(strategy)
     if chosen is Strategy.OFF:
@@ -178,7 +180,7 @@ class SpecSettings:
         if self.draft_tokens is not None and not (
             MIN_DRAFT_TOKENS <= self.draft_tokens <= MAX_DRAFT_TOKENS
         ):
-            raise SettingsError("--spec-draft-tokens must be in 1..=15")
+            raise SettingsError(f"--spec-draft-tokens must be in 1..={MAX_DRAFT_TOKENS}")
         if not (math.isfinite(self.min_yield) and self.min_yield >= 0.0):
             raise SettingsError("--spec-min-yield must be finite and non-negative")
         if self.yield_rounds < 1:
@@ -282,7 +284,7 @@ def depth_for(
         if text is not None:
             depth = parse_number(env_name, text, kind=int)
             if not MIN_DRAFT_TOKENS <= depth <= MAX_DRAFT_TOKENS:
-                raise SettingsError(f"{env_name} must be in 1..=15")
+                raise SettingsError(f"{env_name} must be in 1..={MAX_DRAFT_TOKENS}")
             return depth
     return default_depth(strategy, block_size=block_size, arch=arch)
 

@@ -215,7 +215,7 @@ def serve(
     ] = True,
     spec_draft_tokens: Annotated[
         str | None,
-        typer.Option(help="Draft depth, 1..=15 (default: per strategy).", rich_help_panel=SPEC),
+        typer.Option(help="Draft depth, 1..=64 (default: per strategy).", rich_help_panel=SPEC),
     ] = None,
     spec_adaptive: Annotated[
         bool | None,

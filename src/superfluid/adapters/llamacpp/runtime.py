@@ -46,7 +46,13 @@ from superfluid.adapters.sequences import SequenceTable
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
 from superfluid.domain.errors import SuperfluidError
 
-MAX_VERIFY_ROWS = 16
+#: A verify step carries up to 65 rows per lane: a 64-token draft and the pending token (the
+#: deepest draft the contract allows, §7). A step of more rows than `N_BATCH` is split into
+#: several decodes, exactly (the kernels are batch-invariant).
+MAX_VERIFY_ROWS = 65
+#: Steps this wide or narrower may be padded into one pass: past 16 rows a row costs as much
+#: as a pass saves (docs/benchmarks/step_cost.md), so wider steps are left as they come.
+MAX_PADDED_WIDTH = 16
 #: Throwaway rows worth one pass fewer (see `_padded_widths`).
 PADDING_ROWS_PER_PASS = 4
 
@@ -356,7 +362,7 @@ class LlamaCppRuntime(ClosedOnExit):
         """
         widths = [len(feed.tokens) for feed in feeds]
         longest = max(widths)
-        if len(feeds) == 1 or longest > MAX_VERIFY_ROWS or not self.kernels.stream_per_sequence:
+        if len(feeds) == 1 or longest > MAX_PADDED_WIDTH or not self.kernels.stream_per_sequence:
             return widths
         padded = [
             longest if feed.start + longest <= self._ctx_size else width
@@ -384,7 +390,7 @@ class LlamaCppRuntime(ClosedOnExit):
         # Each run of consecutive ids is a pass of its own; filling the gaps joins them.
         passes_saved = sum(1 for a, b in itertools.pairwise(fed) if b > a + 1)
         added = len(gaps) * width
-        if not gaps or width > MAX_VERIFY_ROWS or added > PADDING_ROWS_PER_PASS * passes_saved:
+        if not gaps or width > MAX_PADDED_WIDTH or added > PADDING_ROWS_PER_PASS * passes_saved:
             return []
         fillers = []
         for seq in gaps:
@@ -426,7 +432,7 @@ class LlamaCppRuntime(ClosedOnExit):
                 return widths, pads, []
             return [len(feed.tokens) + missing], [missing], []
         width = widths[0]
-        if len(set(widths)) != 1 or width > MAX_VERIFY_ROWS:
+        if len(set(widths)) != 1 or width > MAX_PADDED_WIDTH:
             return widths, pads, []
         fed = sorted([*(feed.seq for feed in feeds), *(filler.seq for filler in fillers)])
         if fed[-1] - fed[0] + 1 != len(fed):

@@ -64,6 +64,8 @@ EXPLORE_EVERY = 16
 
 #: Where each match class starts, in tokens of match length. Class 0 is everything shorter
 #: (for prompt-lookup: only the two-token fallback matched) and every draft without a length.
+#: A class of long copies (16, 32 or 48 and more) for depths past 15 did not pay: replayed,
+#: it learns too slowly to beat class 8+ going deep (`bench/draft_length_sim.py`, ADR 0013).
 MATCH_CLASS_STARTS = (3, 8)
 
 #: How many match classes a controller keeps.
@@ -117,68 +119,31 @@ def best_depth(
     return best_k
 
 
-class DepthController:
-    """Chooses the draft depth at one lane count and learns from what it sees there."""
+class AcceptanceModel:
+    """Decayed per-position acceptance counts for each match class, with the rounds seen.
 
-    def __init__(
-        self,
-        *,
-        default_depth: int,
-        max_depth: int,
-        adaptive: bool = True,
-        lanes: int = 1,
-        costs: StepCosts | None = None,
-        candidates: Sequence[int] | None = None,
-        may_skip: bool = False,
-    ) -> None:
-        """`lanes`: the lane count this controller serves; `costs`: the model's shared table
-        (a private one when not given); `candidates`: the depths a tuned choice may take
-        (default: all of 1..max_depth); `may_skip`: a tuned choice may be 0, no draft."""
+    One model serves every lane count of a served model (like `StepCosts`): how often a draft
+    of a given match class is accepted is a property of the text and the drafter, not of how
+    many other lanes share the step, so a lane count reached for the first time starts from
+    what the others learnt instead of learning again at the starting depth (issue 23: learning
+    at a new lane count cost open-ended rounds 8–20%).
+    """
+
+    __slots__ = ("_accepted", "_offered", "_rounds", "max_depth")
+
+    def __init__(self, max_depth: int) -> None:
         if max_depth < 1:
             raise ValueError("max_depth must be at least 1")
-        if lanes < 1:
-            raise ValueError("a lane count is at least 1")
         self.max_depth = max_depth
-        self.default_depth = min(max(default_depth, 1), max_depth)
-        self._adaptive = adaptive
-        self._candidates = tuple(
-            sorted({d for d in (candidates or range(1, max_depth + 1)) if 1 <= d <= max_depth})
-            or (max_depth,)
-        )
-        self._may_skip = may_skip
         self._offered = [[0.0] * max_depth for _ in range(MATCH_CLASSES)]
         self._accepted = [[0.0] * max_depth for _ in range(MATCH_CLASSES)]
         self._rounds = [0] * MATCH_CLASSES
-        self._lanes = lanes
-        self._costs = costs if costs is not None else StepCosts()
-        self._steps = 0
-        self._ticks = 0  # every recorded step, drafting or not: the exploration schedule
 
-    def mode_of(self, klass: int = 0) -> DepthMode:
-        if not self._adaptive:
-            return DepthMode.FIXED
-        if self._rounds[klass] < ROUNDS_BEFORE_TUNING:
-            return DepthMode.LEARNING
-        return DepthMode.TUNED
+    def rounds(self, klass: int) -> int:
+        return self._rounds[klass]
 
-    @property
-    def mode(self) -> DepthMode:
-        """The mode of class 0 (the only class of a drafter without match lengths)."""
-        return self.mode_of(0)
-
-    @property
-    def rounds(self) -> int:
-        return sum(self._rounds)
-
-    @property
-    def steps(self) -> int:
-        return self._steps
-
-    # -- what the controller sees -------------------------------------------------------------
-
-    def record_round(self, drafted: int, accepted: int, *, klass: int = 0) -> None:
-        """One lane's verified round: `drafted` tokens proposed, the first `accepted` kept,
-        from a draft of match class `klass`."""
+    def record(self, drafted: int, accepted: int, klass: int) -> None:
+        """One verified round of a draft of match class `klass`."""
         if drafted < 0 or not 0 <= accepted <= drafted:
             raise ValueError(f"impossible round: {accepted} accepted of {drafted} drafted")
         if drafted == 0:
@@ -192,6 +157,85 @@ class DepthController:
             hit = 1.0 if index < accepted else 0.0
             kept[index] = kept[index] * ACCEPTANCE_DECAY + hit
         self._rounds[klass] += 1
+
+    def conditional(self, klass: int) -> list[float]:
+        """p_1..p_cap, smoothed towards the previous position's rate where data is thin."""
+        rates: list[float] = []
+        prior = FIRST_POSITION_PRIOR
+        for offered, accepted in zip(self._offered[klass], self._accepted[klass], strict=True):
+            rate = (accepted + PRIOR_WEIGHT * prior) / (offered + PRIOR_WEIGHT)
+            rates.append(rate)
+            prior = rate
+        return rates
+
+
+class DepthController:
+    """Chooses the draft depth at one lane count; learns step costs and acceptance into the
+    model's shared tables."""
+
+    def __init__(
+        self,
+        *,
+        default_depth: int,
+        max_depth: int,
+        adaptive: bool = True,
+        lanes: int = 1,
+        costs: StepCosts | None = None,
+        acceptance: AcceptanceModel | None = None,
+        candidates: Sequence[int] | None = None,
+        may_skip: bool = False,
+    ) -> None:
+        """`lanes`: the lane count this controller serves; `costs` and `acceptance`: the
+        model's shared tables (private ones when not given); `candidates`: the depths a tuned
+        choice may take (default: all of 1..max_depth); `may_skip`: a tuned choice may be 0, no
+        draft."""
+        if max_depth < 1:
+            raise ValueError("max_depth must be at least 1")
+        if lanes < 1:
+            raise ValueError("a lane count is at least 1")
+        self.max_depth = max_depth
+        self.default_depth = min(max(default_depth, 1), max_depth)
+        self._adaptive = adaptive
+        self._candidates = tuple(
+            sorted({d for d in (candidates or range(1, max_depth + 1)) if 1 <= d <= max_depth})
+            or (max_depth,)
+        )
+        self._may_skip = may_skip
+        if acceptance is not None and acceptance.max_depth < max_depth:
+            raise ValueError("the shared acceptance model is shallower than this controller")
+        self._acceptance = acceptance if acceptance is not None else AcceptanceModel(max_depth)
+        self._lanes = lanes
+        self._costs = costs if costs is not None else StepCosts()
+        self._steps = 0
+        self._ticks = 0  # every recorded step, drafting or not: the exploration schedule
+
+    def mode_of(self, klass: int = 0) -> DepthMode:
+        if not self._adaptive:
+            return DepthMode.FIXED
+        if self._acceptance.rounds(klass) < ROUNDS_BEFORE_TUNING:
+            return DepthMode.LEARNING
+        return DepthMode.TUNED
+
+    @property
+    def mode(self) -> DepthMode:
+        """The mode of class 0 (the only class of a drafter without match lengths)."""
+        return self.mode_of(0)
+
+    @property
+    def rounds(self) -> int:
+        """Rounds learnt from, over every class (and every lane count sharing the model)."""
+        return sum(self._acceptance.rounds(klass) for klass in range(MATCH_CLASSES))
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    # -- what the controller sees -------------------------------------------------------------
+
+    def record_round(self, drafted: int, accepted: int, *, klass: int = 0) -> None:
+        """One lane's verified round: `drafted` tokens proposed, the first `accepted` kept,
+        from a draft of match class `klass`."""
+        self._acceptance.record(drafted, accepted, klass)
 
     def record_step(self, rows: int, seconds: float, *, total_rows: int | None = None) -> None:
         """One verify step with `rows` rows per lane (1 row = a plain step) took `seconds`;
@@ -207,13 +251,7 @@ class DepthController:
 
     def conditional_acceptance(self, klass: int = 0) -> list[float]:
         """p_1..p_cap, smoothed towards the previous position's rate where data is thin."""
-        rates: list[float] = []
-        prior = FIRST_POSITION_PRIOR
-        for offered, accepted in zip(self._offered[klass], self._accepted[klass], strict=True):
-            rate = (accepted + PRIOR_WEIGHT * prior) / (offered + PRIOR_WEIGHT)
-            rates.append(rate)
-            prior = rate
-        return rates
+        return self._acceptance.conditional(klass)[: self.max_depth]
 
     def cumulative_acceptance(self, klass: int = 0) -> list[float]:
         """a_1..a_cap: the probability each position is reached and accepted."""

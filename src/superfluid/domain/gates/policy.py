@@ -14,12 +14,18 @@ Who decides what:
   sure a draft is; a drafter without match lengths has one class), among depths whose verify
   step carries a power-of-two number of rows, or no draft for a class whose drafts do not pay;
   it prices drafts with one step-cost table per model, keyed by a step's total rows (every lane
-  count's ticks measure it: see `gates/step_cost.py`).
+  count's ticks measure it: see `gates/step_cost.py`), and learns acceptance per match class
+  once per model (`AcceptanceModel`), so a lane count reached for the first time picks its
+  depths from what the others learnt instead of learning again.
+
+Settling (issue 23): a lane count where no match class would draft (every class tuned to 0) has
+nothing to probe, so its gate is told so (`ThroughputGate.decline`) and it decodes plainly until
+the re-probe; any other probe ends within the gate's `settle_ticks`.
 
 Invariants: an abandoned policy always plans plain; a speculative plan's depth lies in
-1..depth_cap; what is recorded at one lane count never changes another's throughput verdict, nor
-the acceptance it has learnt (the per-model request count only times re-probes, and the shared
-step costs only price depths, down to whether a match class drafts at all).
+1..depth_cap; what is recorded at one lane count never changes another's throughput verdict (the
+per-model request count only times re-probes; the shared step costs and acceptance only price
+depths, down to whether a match class drafts at all, which can end a probe as a loss).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 
 from superfluid.domain.gates.depth import (
     MATCH_CLASSES,
+    AcceptanceModel,
     DepthController,
     DepthMode,
     power_of_two_rows,
@@ -86,7 +93,8 @@ class SpecPolicy:
         tuning: GateTuning | None = None,
         match_classes: int = 1,
     ) -> None:
-        """`depth_cap` is the runtime's limit (its verify-row cap minus one), at most 15;
+        """`depth_cap` is the runtime's limit (its verify-row cap minus one), at most
+        `MAX_DRAFT_TOKENS` (64);
         `match_classes` is how many match classes the drafter's drafts fall in (1: it gives
         no match lengths; prompt-lookup: `depth.MATCH_CLASSES`)."""
         if not 1 <= match_classes <= MATCH_CLASSES:
@@ -100,6 +108,7 @@ class SpecPolicy:
         self._gates: dict[int, ThroughputGate] = {}
         self._depths: dict[int, DepthController] = {}
         self._costs = StepCosts()
+        self._acceptance = AcceptanceModel(self.depth_cap)
         self._finished_requests = 0
         # Lane counts whose current tick drafted from a match class still learning its depth.
         self._learning_ticks: set[int] = set()
@@ -164,6 +173,7 @@ class SpecPolicy:
                 adaptive=self.settings.adaptive,
                 lanes=lane_count,
                 costs=self._costs,
+                acceptance=self._acceptance,
                 candidates=power_of_two_rows(self.depth_cap),
                 may_skip=True,
             )
@@ -214,7 +224,7 @@ class SpecPolicy:
         """One lane's verified round in a tick with `lane_count` lanes, from a draft of match
         class `klass`.
 
-        A round drafted while its class still learns its depth (at this lane count) teaches the
+        A round drafted while its class still learns its depth (once per model) teaches the
         depth controller only: like its tick for the throughput gate, it is not counted by the
         yield floor, which would otherwise judge the drafter by the starting depth, and give it
         up for good, every time a new lane count starts learning (ADR 0013).
@@ -244,8 +254,11 @@ class SpecPolicy:
             self.record_plain_tick(lane_count, committed=committed, seconds=seconds)
             return
         gate = self.gate(lane_count)
-        if gate is not None and not learning:
-            gate.record_spec_tick(committed, seconds)
+        if gate is not None:
+            if learning:
+                gate.record_unmeasured_tick()
+            else:
+                gate.record_spec_tick(committed, seconds)
         # Each decoding lane fed its pending token and its draft: the step's real row count.
         self.depth(lane_count).record_step(rows, seconds, total_rows=lane_count + drafted)
 
@@ -255,10 +268,18 @@ class SpecPolicy:
         if committed < 0:
             raise ValueError(f"a tick cannot commit {committed} tokens")
         gate = self.gate(lane_count)
+        depth = self.depth(lane_count)
         if gate is not None:
             gate.record_plain_tick(committed, seconds)
+            if gate.probing and self._nothing_pays(depth):
+                gate.decline()
         # A plain step is the one-row verify step: it measures c(1) for the depth model.
-        self.depth(lane_count).record_step(1, seconds)
+        depth.record_step(1, seconds)
+
+    def _nothing_pays(self, depth: DepthController) -> bool:
+        """Every match class has learnt its depth, and none drafts at this lane count."""
+        classes = range(self.match_classes)
+        return all(depth.mode_of(k) is DepthMode.TUNED and depth.best(k) == 0 for k in classes)
 
 
 def _check_lane_count(lane_count: int) -> None:

@@ -31,6 +31,15 @@ waits for 48 drafted ticks for the same reason: a window that opens on an edit i
 strategy that stopped paying, and a stop costs a re-check and possibly 32 requests of plain
 decoding.
 
+Settling. A lane count's probe ends within `settle_ticks` ticks at that lane count (every tick
+counts, measured or not), so a server that has served a bounded number of requests there has
+decided (issue 23: at 8 clients most lane counts were still probing after the whole cell). A
+probe that runs out decides on what it has: speculation must still beat plain by
+`min_speedup` on the ticks measured, and without a measured speculating tick it is a loss. The
+policy also calls `decline` when no match class would draft at this lane count (the depth
+controller prices every draft below a plain step): there is nothing to probe, and the lane
+count is plain until the re-probe.
+
 Invariant: the gate holds no state about any other lane count.
 """
 
@@ -51,9 +60,15 @@ class GateTuning:
     window_ticks: int = 256
     early_stop_ticks: int = 48
     early_stop_ratio: float = 0.9
+    settle_ticks: int = 192
 
     def __post_init__(self) -> None:
-        if self.probe_ticks < 1 or self.window_ticks < 1 or self.early_stop_ticks < 1:
+        if (
+            self.probe_ticks < 1
+            or self.window_ticks < 1
+            or self.early_stop_ticks < 1
+            or self.settle_ticks < 1
+        ):
             raise ValueError("gate tick counts must be at least 1")
 
 
@@ -127,6 +142,7 @@ class ThroughputGate:
         self._plain_reference = RateSample()
         self._requests_seen = requests_seen
         self._reprobe_at: int | None = None
+        self._probe_ticks = 0  # ticks seen since this probe began (the settling deadline)
         self.last_wait: int | None = None  # requests waited after the latest loss
         self.last_verdict: ThroughputVerdict | None = None
 
@@ -160,6 +176,8 @@ class ThroughputGate:
     def record_spec_tick(self, committed: int, seconds: float) -> None:
         """A tick that drafted something (an undrafted tick goes to record_plain_tick)."""
         measurable = _measurable(committed, seconds)
+        if self._past_deadline():
+            return
         match self._phase:
             case Phase.WARM_UP:
                 self._phase = Phase.PROBE_SPEC  # warm-up: seen, not measured
@@ -176,12 +194,26 @@ class ThroughputGate:
 
     def record_plain_tick(self, committed: int, seconds: float) -> None:
         """A tick that drafted nothing: asked-for plain, or speculation with no draft."""
-        if not _measurable(committed, seconds):
+        if self._past_deadline() or not _measurable(committed, seconds):
             return
         if self._phase in (Phase.WARM_UP, Phase.PROBE_SPEC, Phase.PROBE_PLAIN):
             self._plain = self._plain.plus(committed, seconds)
             if self._phase is not Phase.WARM_UP:
                 self._advance_probe()
+
+    def record_unmeasured_tick(self) -> None:
+        """A tick at this lane count the gate does not judge (its drafts were still learning
+        their depth); it counts towards the settling deadline only."""
+        self._past_deadline()
+
+    def decline(self) -> None:
+        """Nothing would draft at this lane count: a probe in progress ends as a loss."""
+        if self.probing:
+            self._give_up()
+
+    @property
+    def probing(self) -> bool:
+        return self._phase in (Phase.WARM_UP, Phase.PROBE_SPEC, Phase.PROBE_PLAIN)
 
     def requests_finished(self, total: int) -> None:
         """The model has now finished `total` requests; a due re-probe starts."""
@@ -194,9 +226,24 @@ class ThroughputGate:
             self._spec = RateSample()
             self._plain = RateSample()
             self._reprobe_at = None
+            self._probe_ticks = 0
             self._phase = Phase.WARM_UP
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _past_deadline(self) -> bool:
+        """Count a tick of the probe; at the deadline, decide on what was measured. True when
+        the tick ended the probe (it is then not recorded)."""
+        if not self.probing:
+            return False
+        self._probe_ticks += 1
+        if self._probe_ticks < self.tuning.settle_ticks:
+            return False
+        if self._spec.ticks and self._plain.ticks:
+            self._decide()
+        else:
+            self._give_up()
+        return True
 
     def _advance_probe(self) -> None:
         enough = self.tuning.probe_ticks
@@ -222,6 +269,16 @@ class ThroughputGate:
             self._window = RateSample()
             self._phase = Phase.SPECULATE
             return
+        self._lose()
+
+    def _give_up(self) -> None:
+        """End the probe as a loss without a comparison (nothing drafted to compare)."""
+        self.last_verdict = ThroughputVerdict(
+            speculate=False, spec_rate=self._spec.rate or 0.0, plain_rate=self._plain.rate or 0.0
+        )
+        self._lose()
+
+    def _lose(self) -> None:
         outcome, wait = self.schedule.on_loss()
         if outcome is ReprobeOutcome.FINAL:
             self._phase = Phase.FINAL_PLAIN
@@ -241,4 +298,5 @@ class ThroughputGate:
             self._spec = window
             self._plain = RateSample()
             self._window = RateSample()
+            self._probe_ticks = 0
             self._phase = Phase.PROBE_PLAIN
