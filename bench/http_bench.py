@@ -373,6 +373,7 @@ def cell_of(
     clients: int,
     rounds: list[Round],
     before: Samples | None,
+    timeline: list[str] | None = None,
 ) -> Cell:
     temperature = side.request.temperature
     if before is None:
@@ -381,7 +382,15 @@ def cell_of(
     gates, abandoned = gate_states(after)
     counts = spec_counts(before, after)
     return Cell(
-        side.system, workload.name, temperature, clients, tuple(rounds), counts, gates, abandoned
+        side.system,
+        workload.name,
+        temperature,
+        clients,
+        tuple(rounds),
+        counts,
+        gates,
+        abandoned,
+        tuple(timeline or ()),
     )
 
 
@@ -417,23 +426,42 @@ _CELLS = itertools.count(1)
 
 
 async def warm_up(
-    args: argparse.Namespace, side: Side, workload: Workload, clients: int, first: int
+    args: argparse.Namespace,
+    side: Side,
+    workload: Workload,
+    clients: int,
+    first: int,
+    timeline: list[str],
 ) -> None:
     """`--warmup` rounds, then more (up to `--warmup-max`) until the gate at this lane count
     has decided: a cell measures the steady state, not the probes a fresh server runs once.
-    Warm-up rounds are numbered from `first`."""
+    Warm-up rounds are numbered from `first`; a speculating server's gate after each goes to
+    `timeline`."""
     for warm in range(max(args.warmup_max, args.warmup)):
         if warm >= args.warmup and (
             not side.speculating or gate_settled(scrape(side.base), clients)
         ):
             return
         await one_round(side.client, workload, side.request, clients, first + warm)
+        if side.speculating:
+            timeline.append("w " + gate_at(scrape(side.base), clients))
 
 
 def gate_settled(samples: Samples, lanes: int) -> bool:
     states, abandoned = gate_states(samples)
     phase = next((state.phase for state in states if state.lanes == lanes), None)
     return abandoned or phase is None or phase in SETTLED
+
+
+def gate_at(samples: Samples, lanes: int) -> str:
+    """The gate at `lanes` lanes as the timeline shows it: "phase dN" (or "abandoned")."""
+    states, abandoned = gate_states(samples)
+    if abandoned:
+        return "abandoned"
+    state = next((state for state in states if state.lanes == lanes), None)
+    if state is None:
+        return "unseen"
+    return f"{state.phase or 'no gate'} d{state.depth}"
 
 
 async def measured_cells(
@@ -445,9 +473,17 @@ async def measured_cells(
     cells = []
     for clients in counts:
         first = next(_CELLS) * ROUNDS_PER_CELL
+        timelines: dict[str, list[str]] = {side.system: [] for side in sides}
         for side in sides:
             if side.drafting:
-                await warm_up(args, side, workload, clients, first + WARM_UP_ROUNDS_FROM)
+                await warm_up(
+                    args,
+                    side,
+                    workload,
+                    clients,
+                    first + WARM_UP_ROUNDS_FROM,
+                    timelines[side.system],
+                )
         before = {side.system: scrape(side.base) for side in sides if side.speculating}
         rounds: dict[str, list[Round]] = {side.system: [] for side in sides}
         for run in range(args.runs):
@@ -456,8 +492,17 @@ async def measured_cells(
                 rounds[side.system].append(
                     await one_round(side.client, workload, side.request, clients, first + run)
                 )
+                if side.speculating:
+                    timelines[side.system].append(gate_at(scrape(side.base), clients))
         for side in sides:
-            cell = cell_of(side, workload, clients, rounds[side.system], before.get(side.system))
+            cell = cell_of(
+                side,
+                workload,
+                clients,
+                rounds[side.system],
+                before.get(side.system),
+                timelines[side.system],
+            )
             log_cell(cell)
             cells.append(cell)
     return cells

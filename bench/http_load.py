@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import statistics
 import time
 from collections.abc import Sequence
@@ -54,6 +55,8 @@ class Reply:
     prompt_tokens: int | None = None  # usage.prompt_tokens, when the server sent it
     client: int | None = None  # multi-turn: whose session, and which turn (1-based)
     turn: int | None = None
+    #: A digest of the reply's text: replies of two servers to one prompt compare by it.
+    digest: str | None = None
 
     @property
     def decode_rate(self) -> float | None:
@@ -285,8 +288,22 @@ async def _stream_one(
             timeline.content(arrival, usage)
     seconds = time.perf_counter() - began
     figures = timeline.figures(began, tokens)
-    reply = Reply("", tokens, seconds, finish, *spec, **figures, prompt_tokens=prompt_tokens)
-    return reply, timeline, "".join(text)
+    whole = "".join(text)
+    reply = Reply(
+        "",
+        tokens,
+        seconds,
+        finish,
+        *spec,
+        **figures,
+        prompt_tokens=prompt_tokens,
+        digest=digest(whole),
+    )
+    return reply, timeline, whole
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 async def session(

@@ -56,6 +56,9 @@ class Cell:
     spec: SpecCounts | None = None  # superfluid only
     gates: tuple[GateState, ...] = ()
     abandoned: bool | None = None
+    #: The gate at the cell's lane count after each round, warm-ups first ("w" rounds), as
+    #: "phase dN" (superfluid auto only): how fast the lane count decided.
+    timeline: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, float, int]:
@@ -251,4 +254,5 @@ def _cell(data: dict[str, Any]) -> Cell:
         else None,
         gates=tuple(GateState(**g) for g in data.get("gates", ())),
         abandoned=data.get("abandoned"),
+        timeline=tuple(data.get("timeline", ())),
     )
