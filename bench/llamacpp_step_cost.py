@@ -82,6 +82,12 @@ KERNELS = {
         BATCH_INVARIANT, tiled_row_order=False, tiled_kquants_forced=True
     ),
     "llama.cpp-defaults": LLAMACPP_DEFAULT,
+    # One knob at a time between the two, to find which one a shape's cost follows (not exact).
+    "served-vec-attention": dataclasses.replace(BATCH_INVARIANT, tiled_attention=False),
+    "served-unified-cache": dataclasses.replace(
+        BATCH_INVARIANT, stream_per_sequence=False, tiled_attention=False
+    ),
+    "defaults-streams": dataclasses.replace(LLAMACPP_DEFAULT, stream_per_sequence=True),
 }
 
 

@@ -354,8 +354,8 @@ def report(cells: list[Cell], args: argparse.Namespace, header: list[str]) -> st
         possible = "–" if peer is None else ("yes" if ceiling >= 1.1 * peer else "**no**")
         fraction = auto / ceiling if ceiling else 0.0
         target = ""
-        if cell.workload == "copy-heavy" and cell.clients == 1:
-            target = f" (≥ 0.95 {'✓' if fraction >= 0.95 else '✗'})"
+        if cell.workload == "copy-heavy":  # issue 23: at every lane count
+            target = f" (≥ 0.9 {'✓' if fraction >= 0.9 else '✗'})"
         rows.append(
             [
                 cell.workload,
@@ -397,8 +397,9 @@ METHOD = [
     "aggregate, so serving overhead counts against it). **1.1× "
     "llama-server possible?** compares the oracle with 1.1× the best llama-server "
     "configuration's decode-only aggregate in the HTTP run (`--http-raw`): where it says no, "
-    "the copy-heavy 1-client target is ≥ 0.95 of the oracle instead. The oracle runs "
-    "in-process and llama-server over HTTP, so the comparison flatters the oracle slightly.",
+    "no drafter could meet the 1.1× target there through this executor. The oracle runs "
+    "in-process and llama-server over HTTP, so the comparison flatters the oracle slightly. "
+    "Target (issue 23): auto ≥ 0.9 of the oracle on copy-heavy at every lane count.",
     "- On the served, batch-invariant kernels (ADR 0008) a verify step's rows equal plain "
     "decoding's, so the oracle's first pass stays on the known path (acceptance 100%). On "
     "kernels that are not, a near-tie can break differently and the oracle then has nothing "
@@ -427,6 +428,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--http-raw", type=Path, default=Path("docs/benchmarks/http_bench.raw.json")
     )
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--from-raw",
+        type=Path,
+        help="only write the report again from a saved oracle.raw.json (with --http-raw's run)",
+    )
     args = parser.parse_args(argv)
     q = args.quick
     args.runs = args.runs or (1 if q else 3)
@@ -443,6 +449,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.from_raw is not None:
+        saved = json.loads(args.from_raw.read_text())
+        shown = " ".join(argv if argv is not None else sys.argv[1:])
+        header = [
+            *[line for line in saved["header"] if line],
+            f"- report written again with `.venv/bin/python -m bench.oracle_ceiling {shown}`",
+            "",
+        ]
+        page = report([_cell_from(c) for c in saved["cells"]], args, header)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "oracle.md").write_text(page + "\n")
+        log(f"wrote {args.out / 'oracle.md'}")
+        return
     from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 
     model = args.model
@@ -486,9 +505,25 @@ def main(argv: list[str] | None = None) -> None:
         }
         for c in cells
     ]
-    (args.out / "oracle.raw.json").write_text(json.dumps(raw) + "\n")
+    (args.out / "oracle.raw.json").write_text(json.dumps({"header": header, "cells": raw}) + "\n")
     print(page)
     log(f"wrote {args.out / 'oracle.md'}")
+
+
+def _cell_from(saved: dict) -> Cell:
+    def runs(items: list[dict]) -> list[RoundFigures]:
+        return [
+            RoundFigures(**{**r, "outputs": tuple(tuple(o) for o in r["outputs"])}) for r in items
+        ]
+
+    return Cell(
+        saved["workload"],
+        saved["clients"],
+        runs(saved["plain"]),
+        runs(saved["auto"]),
+        {int(d): runs(items) for d, items in saved["oracle"].items()},
+        saved["auto_gate"],
+    )
 
 
 if __name__ == "__main__":

@@ -13,11 +13,19 @@ from bench.http_bench import Side, measured_cells, parse_args
 from bench.http_load import Request, Round
 from bench.http_results import AUTO, LLAMA_SERVERS, PLAIN
 from bench.http_workloads import (
+    COPY_HEAVY,
+    DEFAULT_WORKLOADS,
     LONG_PROMPT_TASKS,
     LONG_PROMPT_WORDS,
+    MULTI_TURN,
+    SOURCE_LINES,
+    WORKLOADS,
     FreshPrompts,
     Workload,
+    copy_heavy_prompt,
+    open_ended_prompt,
     reference_documents,
+    source_functions,
 )
 
 
@@ -76,3 +84,42 @@ def test_measured_cells_send_no_server_a_round_twice(monkeypatch: pytest.MonkeyP
     }
     assert measured[AUTO] == measured[PLAIN] == measured[LLAMA_SERVERS[1]]
     assert len(measured[AUTO]) == 3 * (1 + 4 + 2 + 8)
+
+
+def test_copy_heavy_prompts_are_standard_library_functions_each_with_an_edit() -> None:
+    functions = source_functions()
+    assert len(functions) >= 500
+    low, high = SOURCE_LINES
+    assert all(low <= len(f.code.splitlines()) <= high for f in functions)
+    texts = [copy_heavy_prompt(n).text for n in range(len(functions))]
+    assert len(set(texts)) == len(texts)
+    for n in (0, 1, 2, 3):
+        function, text = functions[n], texts[n]
+        assert function.code in text
+        renamed = function.parameter if n % 2 and function.parameter else function.name
+        assert (
+            f"Rename the {'parameter' if renamed != function.name else 'function'} `{renamed}`"
+            in text
+        )
+    # Neighbouring prompts (one round's clients) come from different modules.
+    modules = [f.where.split(":")[0] for f in functions[:8]]
+    assert len(set(modules)) == 8
+
+
+def test_open_ended_openings_are_all_different() -> None:
+    openings = [open_ended_prompt(n).text for n in range(2016)]
+    assert len(set(openings)) == 2016
+
+
+def test_every_measured_workload_is_fresh_and_the_repeated_cell_says_so_in_its_name() -> None:
+    for name in DEFAULT_WORKLOADS:
+        workload = WORKLOADS[name]
+        assert (workload.fresh is not None) == ("repeated" not in name), name
+    assert "copy-heavy repeated" in DEFAULT_WORKLOADS
+
+
+def test_a_fresh_multi_turn_session_has_three_follow_ups_and_a_tagged_first_line() -> None:
+    assert MULTI_TURN.multi_turn and not COPY_HEAVY.multi_turn
+    first, second = MULTI_TURN.variant(0, 7), MULTI_TURN.variant(1, 7)
+    assert len(first.follow_ups) == 3 and first.text != second.text
+    assert MULTI_TURN.first_line(first, 7, 0).startswith("Session 7.0: ")
