@@ -26,9 +26,10 @@ ones too long. The controller therefore learns acceptance, and picks k, per matc
 (`match_class`); a drafter without a match length has one class. Step costs stay shared.
 
 **Candidate depths.** A policy may restrict k to `candidates`: `power_of_two_rows` keeps the
-depths whose verify step carries 2, 4, 8 or 16 rows. Matrix kernels work in tiles, and on the
-2-core CPU a step of 3, 5 or 9 rows costs more than one of 4, 8 or 10 (ADR 0013 has the table);
-a controller that explores by ±1 from a cheap shape always lands on a dear one and stays put.
+depths whose verify step carries 2, 4, 8, 16, 32 or 64 rows. Matrix kernels work in tiles, and
+on the 2-core CPU a step of 3, 5 or 9 rows costs more than one of 4, 8 or 10 (ADR 0013 has the
+table); a controller that explores by ±1 from a cheap shape always lands on a dear one and stays
+put.
 With `may_skip`, k = 0 (no draft) is a candidate too: a class whose drafts do not pay for their
 rows stops drafting, which is what happens to bare two-token matches on this machine.
 
@@ -65,7 +66,7 @@ EXPLORE_EVERY = 16
 #: Where each match class starts, in tokens of match length. Class 0 is everything shorter
 #: (for prompt-lookup: only the two-token fallback matched) and every draft without a length.
 #: A class of long copies (16, 32 or 48 and more) for depths past 15 did not pay: replayed,
-#: it learns too slowly to beat class 8+ going deep (`bench/draft_length_sim.py`, ADR 0013).
+#: it learns too slowly to beat class 8+ going deep (`bench/draft_length_sim.py`, ADR 0014).
 MATCH_CLASS_STARTS = (3, 8)
 
 #: How many match classes a controller keeps.
