@@ -6,23 +6,21 @@ Greedy speculation commits exactly the plain-greedy continuation (batch-invarian
 0008), so a drafting rule can be judged offline: replay each bench prompt's continuation through
 prompt-lookup, let the rule choose k each round, accept the draft's common prefix with the
 continuation, and charge the round the cost of a verify step of k + 1 rows. The figure is
-committed tokens per one-row step (plain decoding = 1), with the step costs as llama.cpp computes
-them ("raw") and as the runtime runs them, logits rows rounded up by `cheap_logit_rows`
-("padded"). The continuations are decoded once with the demo model and kept in
-`~/.cache/superfluid/draft-length-sim.json` (`--refresh` decodes them again); the cost table is
-the one-lane table of ADR 0013 (the served kernels, 2 cores; run `python -m
-bench.llamacpp_step_cost --logit-rows` for this machine's). Rules, all within the contract's
-draft content (docs/contract.md §4):
+committed tokens per one-row step (plain decoding = 1), with the served kernels' one-lane costs
+to 65 rows (`GRID_COST`, docs/benchmarks/step_cost.md). The prompts are the HTTP bench's first
+fresh copy-heavy, long-prompt and open-ended ones; their continuations are decoded once with the
+demo model and kept in `~/.cache/superfluid/draft-length-sim.json` (`--refresh` decodes them
+again). Rules, all within the contract's draft content (docs/contract.md §4):
 
-- **ramp d15**: session 3's per-lane ramp (2 after a miss, then ×4 up to 15);
-- **match length**: no draft from a bare two-token match, 7 from 3–7 tokens, 15 from 8+;
-- **per class, learnt**: the served policy, `DepthController` with match classes, power-of-two
-  row candidates and skipping, warmed up over two passes of the prompts;
-- **best k**: k chosen knowing how much of the draft will be accepted (with padded costs, an
-  upper bound for any rule);
-- **oracle**: every round drafts 15 tokens of the continuation and all are accepted.
+- **served**: `DepthController` with match classes, power-of-two row candidates up to the cap
+  and skipping, warmed up over one pass of the prompts; at cap 15 (before issue 23) and 64;
+- **a fourth match class** for long copies (from 16, 32 or 48 tokens of match);
+- **at most N after a miss**: a lane whose last draft missed drafts at most N tokens next;
+- **best k**: k chosen knowing how much of the draft will be accepted (an upper bound for any
+  depth rule);
+- **oracle**: every round drafts 15, 31 or 63 tokens of the continuation, all accepted.
 
-ADR 0013 has the figures this printed when the policy was chosen.
+ADR 0014 has the figures this printed when the depth cap was raised.
 """
 
 from __future__ import annotations
@@ -34,7 +32,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.http_workloads import COPY_HEAVY, LONG_PROMPT, OPEN_ENDED
-from superfluid.domain.gates import depth as depth_module
 from superfluid.domain.gates.depth import (
     AcceptanceModel,
     DepthController,
@@ -159,7 +156,7 @@ def served(
         default_depth=4,
         max_depth=cap,
         costs=StepCosts(),
-        acceptance=AcceptanceModel(cap),
+        acceptance=AcceptanceModel(cap, classes=len(starts) + 1),
         candidates=power_of_two_rows(cap),
         may_skip=True,
     )
@@ -176,7 +173,6 @@ def main() -> None:
     args = parser.parse_args()
     prompts = continuations(args.tokens, args.refresh)
     workloads = tuple(PROMPTS)
-    assert len(depth_module.MATCH_CLASS_STARTS) >= 3  # the sim's rules use up to four classes
 
     def mine(workload: str) -> list[dict[str, list[int]]]:
         return [p for name, p in prompts.items() if name.startswith(workload + "/")]

@@ -132,13 +132,14 @@ class AcceptanceModel:
 
     __slots__ = ("_accepted", "_offered", "_rounds", "max_depth")
 
-    def __init__(self, max_depth: int) -> None:
+    def __init__(self, max_depth: int, classes: int = MATCH_CLASSES) -> None:
+        """`classes`: how many match classes to keep (a replay may try more than are served)."""
         if max_depth < 1:
             raise ValueError("max_depth must be at least 1")
         self.max_depth = max_depth
-        self._offered = [[0.0] * max_depth for _ in range(MATCH_CLASSES)]
-        self._accepted = [[0.0] * max_depth for _ in range(MATCH_CLASSES)]
-        self._rounds = [0] * MATCH_CLASSES
+        self._offered = [[0.0] * max_depth for _ in range(classes)]
+        self._accepted = [[0.0] * max_depth for _ in range(classes)]
+        self._rounds = [0] * classes
 
     def rounds(self, klass: int) -> int:
         return self._rounds[klass]
