@@ -8,11 +8,14 @@ speculative output must equal plain output token for token.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
+from superfluid.domain.tool_calls import ToolFamily
 
 EOS = 0
 
@@ -81,8 +84,20 @@ class FakeRuntime:
     def detokenize(self, tokens: Sequence[int]) -> bytes:
         return "".join(chr(0x60 + t % 32) for t in tokens).encode()
 
-    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
-        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+    #: The call format the fake template teaches; None: it takes no tools.
+    tool_family: ToolFamily | None = ToolFamily.HERMES
+    chat_template_file: str | None = None
+
+    def chat_prompt(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        shown = f"<tools>{json.dumps(list(tools))}</tools>" if tools else ""
+        return shown + "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+    def use_chat_template_file(self, path: str) -> None:
+        self.chat_template_file = path
 
     def new_sequence(self) -> int:
         assert len(self.kv) < self.capabilities.max_sequences, "more sequences than lanes"

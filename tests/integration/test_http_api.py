@@ -399,7 +399,51 @@ def test_bad_input_through_the_client_is_a_bad_request(client: openai.OpenAI) ->
         ({"stop": 3}, "stop"),
         ({"logit_bias": {"not-a-token": 1}}, "logit_bias"),
         ({"response_format": {"type": "json_schema"}}, "response_format.type"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"tools": [{"type": "function", "function": {}}]}, "tools[0].function.name"),
+        ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools[0].function.name"),
+        ({"tools": [{"type": "retrieval"}]}, "tools[0].type"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
+            "tool_choice.function.name",
+        ),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {"name": "f", "parameters": {"type": "string", "pattern": "x"}},
+                    }
+                ],
+                "tool_choice": "required",
+            },
+            "tools",
+        ),
+        (
+            {"messages": [*USER, {"role": "tool", "content": "42", "tool_call_id": "call_1"}]},
+            "messages[1].tool_call_id",
+        ),
+        (
+            {
+                "messages": [
+                    *USER,
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": "f", "arguments": "[1]"},
+                            }
+                        ],
+                    },
+                ]
+            },
+            "messages[1].tool_calls[0].function.arguments",
+        ),
         ({"stream": "yes"}, "stream"),
     ],
 )

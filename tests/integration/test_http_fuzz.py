@@ -172,13 +172,31 @@ def servable(body: dict[str, Any]) -> dict[str, Any]:
         body["prompt"] = "hi " + (prompt if isinstance(prompt, str) else "".join(prompt[:1]))
     if "messages" in body:
         body["messages"] = [
-            {**m, "content": "hi " + m["content"] if isinstance(m.get("content"), str) else "hi"}
-            for m in body["messages"]
+            _servable_message(m) | {"content": _servable_content(m)} for m in body["messages"]
         ]
+    if isinstance(body.get("tools"), list):
+        # Names are unique, and a forced call needs a schema the grammar can enforce.
+        unique = {t["function"]["name"]: t for t in body["tools"] if isinstance(t, dict)}
+        body["tools"] = list(unique.values())
+    if body.get("tool_choice") not in (None, "auto", "none") or not body.get("tools"):
+        body.pop("tool_choice", None)
     return body
 
 
-_REFUSED_FIELDS = ("n", "best_of", "echo", "suffix", "tools")
+def _servable_content(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    return "hi " + content if isinstance(content, str) else "hi"
+
+
+def _servable_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A tool turn needs the id of an earlier call, and a call's arguments must be an object."""
+    message = {k: v for k, v in message.items() if k not in ("tool_call_id", "tool_calls")}
+    if message.get("role") == "tool":
+        message["role"] = "user"
+    return message
+
+
+_REFUSED_FIELDS = ("n", "best_of", "echo", "suffix")
 _INTEGER_FIELDS = (
     "max_tokens",
     "max_completion_tokens",

@@ -1,15 +1,18 @@
 """Grammar lanes: a constraint the executor consults for every token of a lane.
 
-`JsonObjectConstraint` keeps the lane's output a prefix of a JSON object (OpenAI's JSON mode)
-and ends the lane when the object closes. Tokens are judged by their bytes, so one that splits
-a UTF-8 character inside a string is still judged correctly.
+`JsonObjectConstraint` keeps the lane's output a prefix of a JSON object (OpenAI's JSON mode),
+`SchemaConstraint` a prefix of JSON valid under a compiled schema (a forced tool call); each
+ends the lane when the value closes. Tokens are judged by their bytes, so one that splits a
+UTF-8 character inside a string is still judged correctly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from superfluid.domain.json_grammar import JsonObjectPrefix
+from superfluid.domain.json_schema import Node, SchemaPrefix
 
 
 class TokenPieces:
@@ -26,11 +29,22 @@ class TokenPieces:
         return piece
 
 
-class JsonObjectConstraint:
-    def __init__(self, pieces: Callable[[int], bytes], stops: frozenset[int]) -> None:
+class _Prefix(Protocol):
+    @property
+    def complete(self) -> bool: ...
+
+    def advance(self, data: bytes) -> _Prefix | None: ...
+
+
+class PrefixConstraint:
+    """Allows a token when the output with its bytes is still a prefix the recogniser accepts."""
+
+    def __init__(
+        self, pieces: Callable[[int], bytes], stops: frozenset[int], start: _Prefix
+    ) -> None:
         self._pieces = pieces
         self._stops = stops
-        self._state = JsonObjectPrefix()
+        self._state = start
 
     def allowed(self, token: int) -> bool:
         if token in self._stops:
@@ -44,9 +58,19 @@ class JsonObjectConstraint:
             return
         advanced = self._state.advance(self._pieces(token))
         if advanced is None:
-            raise ValueError(f"token {token} was committed but breaks the JSON object")
+            raise ValueError(f"token {token} was committed but breaks the grammar")
         self._state = advanced
 
     @property
     def complete(self) -> bool:
         return self._state.complete
+
+
+class JsonObjectConstraint(PrefixConstraint):
+    def __init__(self, pieces: Callable[[int], bytes], stops: frozenset[int]) -> None:
+        super().__init__(pieces, stops, JsonObjectPrefix())
+
+
+class SchemaConstraint(PrefixConstraint):
+    def __init__(self, pieces: Callable[[int], bytes], stops: frozenset[int], schema: Node) -> None:
+        super().__init__(pieces, stops, SchemaPrefix(schema))

@@ -16,10 +16,10 @@ verifying and gating lives above it, so a runtime stays a thin, testable adapter
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,7 @@ from superfluid.domain.catalog import CatalogRow
 from superfluid.domain.gates.policy import TickPlan
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.sampling_defaults import SamplingDefaults
+from superfluid.domain.tool_calls import ToolFamily
 
 Logits = npt.NDArray[np.float32]
 
@@ -93,8 +94,26 @@ class Runtime(Protocol):
 
     def detokenize(self, tokens: Sequence[int]) -> bytes: ...
 
-    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
-        """The model's chat template applied, ending with the assistant turn's opening."""
+    def chat_prompt(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
+        """The model's chat template applied, ending with the assistant turn's opening.
+
+        Messages carry `role`, `content`, an assistant turn's `tool_calls` (arguments parsed) and
+        a tool turn's `tool_call_id`; `tools` are OpenAI's function tools. A template that cannot
+        take tools raises a SuperfluidError (a 400) when `tools` is given.
+        """
+        ...
+
+    @property
+    def tool_family(self) -> ToolFamily | None:
+        """The format the chat template teaches for tool calls; None if it takes no tools."""
+        ...
+
+    def use_chat_template_file(self, path: str) -> None:
+        """Replace the model's chat template with the one in `path` (`--chat-template-file`)."""
         ...
 
     def new_sequence(self) -> int: ...

@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from superfluid.application.admission import Admission
 from superfluid.application.executor import Executor, TickReport
@@ -27,6 +27,7 @@ from superfluid.application.registration import Registration
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
+from superfluid.domain.tool_calls import ToolFamily
 
 log = logging.getLogger("superfluid")
 
@@ -61,6 +62,8 @@ class ModelHost:
     sampling: SamplingDefaults = BUILT_IN_SAMPLING
     aliases: tuple[str, ...] = ()
     admission: Admission | None = None
+    #: `--tool-call-parser`: the family that reads this model's calls, whatever its template.
+    tool_parser: ToolFamily | None = None
     _pieces: TokenPieces | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -86,9 +89,19 @@ class ModelHost:
     def detokenize(self, tokens: Sequence[int]) -> bytes:
         return self.runtime.detokenize(tokens)
 
-    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
+    def chat_prompt(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> str:
         """The model's chat template applied, ending with the assistant turn's opening."""
-        return self.runtime.chat_prompt(messages)
+        return self.runtime.chat_prompt(messages, tools)
+
+    @property
+    def tool_family(self) -> ToolFamily | None:
+        """How this model's replies write tool calls (`--tool-call-parser`, else the template's
+        markers); None when its template takes no tools."""
+        return self.tool_parser or self.runtime.tool_family
 
     def token_pieces(self) -> TokenPieces:
         """Each token's bytes for grammar lanes, cached for the model's lifetime."""

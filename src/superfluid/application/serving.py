@@ -52,6 +52,7 @@ from superfluid.domain.errors import DirectiveError, ModelFileError
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
 from superfluid.domain.spec_settings import SpecSettings, depth_for, max_temperature_notice
+from superfluid.domain.tool_calls import ToolFamily
 
 log = logging.getLogger("superfluid")
 
@@ -80,6 +81,10 @@ class ServePlan:
     served_names: tuple[str, ...] = ()
     max_queue: int = DEFAULT_MAX_QUEUE
     prefix_reuse: bool = True
+    #: `--chat-template-file`, one per model in order (fewer: the rest keep their own).
+    chat_templates: tuple[Path, ...] = ()
+    #: `--tool-call-parser`, one per model in order (fewer: the rest read their template's).
+    tool_parsers: tuple[ToolFamily, ...] = ()
 
 
 @dataclass
@@ -153,11 +158,41 @@ class Serving:
     def hosts(self, plan: ServePlan) -> list[ModelHost]:
         """Every model of `plan`, loaded and registered; a SuperfluidError stops startup."""
         names = served_names(plan)
+        for flag, given in (
+            ("--chat-template-file", plan.chat_templates),
+            ("--tool-call-parser", plan.tool_parsers),
+        ):
+            if len(given) > len(plan.models):
+                raise ModelFileError(
+                    f"{len(given)} {flag} values for {len(plan.models)} model(s); give at most"
+                    " one per model, in the order the models are given"
+                )
         several = len(plan.models) > 1
-        return [
-            self._host(path, name, aliases, plan, several)
-            for path, (name, aliases) in zip(plan.models, names, strict=True)
-        ]
+        hosts = []
+        for index, (path, (name, aliases)) in enumerate(zip(plan.models, names, strict=True)):
+            host = self._host(path, name, aliases, plan, several)
+            self._chat_setup(host, plan, index)
+            hosts.append(host)
+        return hosts
+
+    @staticmethod
+    def _chat_setup(host: ModelHost, plan: ServePlan, index: int) -> None:
+        """Apply this model's --chat-template-file and --tool-call-parser, and say what tool
+        calling will do for it."""
+        if index < len(plan.chat_templates):
+            host.runtime.use_chat_template_file(str(plan.chat_templates[index]))
+            log.info("%s: chat template from %s", host.name, plan.chat_templates[index])
+        if index < len(plan.tool_parsers):
+            host.tool_parser = plan.tool_parsers[index]
+        family = host.tool_family
+        if host.runtime.tool_family is None:
+            log.debug(
+                "%s: its chat template takes no tools; requests with `tools` get a 400"
+                " (--chat-template-file gives it one that does)",
+                host.name,
+            )
+        elif family is not None:
+            log.debug("%s: tool calls are read in the %s format", host.name, family.value)
 
     def _host(
         self, path: Path, name: str, aliases: tuple[str, ...], plan: ServePlan, several: bool

@@ -33,6 +33,7 @@ from superfluid.domain.spec_settings import (
     parse_number,
 )
 from superfluid.domain.strategies import directive_help
+from superfluid.domain.tool_calls import ToolFamily
 
 log = logging.getLogger("superfluid")
 
@@ -163,6 +164,26 @@ def serve(
             help="The id clients use for a model, instead of its file name (repeatable: the"
             " first names MODEL, the next each --model in order). The file name is still"
             " accepted. Default: the file name.",
+        ),
+    ] = None,
+    chat_template_file: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--chat-template-file",
+            help="A Jinja chat template (or a tokenizer_config.json) that replaces a model's own"
+            " (repeatable: the first for MODEL, the next each --model in order). Default: the"
+            " model's template, else a built-in for its family.",
+            show_default=False,
+        ),
+    ] = None,
+    tool_call_parser: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tool-call-parser",
+            help="How a model writes tool calls: "
+            + ", ".join(f.value for f in ToolFamily)
+            + " (repeatable, per model in order). Default: read off the chat template.",
+            show_default=False,
         ),
     ] = None,
     speculate: Annotated[
@@ -302,6 +323,8 @@ def serve(
             served_names=_served_names(served_model_name),
             max_queue=_max_queue(max_queue),
             prefix_reuse=prefix_reuse,
+            chat_templates=tuple(Path(p).expanduser() for p in chat_template_file or []),
+            tool_parsers=_tool_parsers(tool_call_parser),
         )
         _serve(plan)
     except SuperfluidError as error:
@@ -315,6 +338,19 @@ def _max_queue(raw: str | None) -> int:
     if not 0 <= value <= 100_000:
         raise SuperfluidError(f"--max-queue must be in 0..=100000, got {raw.strip()}")
     return value
+
+
+def _tool_parsers(raw: list[str] | None) -> tuple[ToolFamily, ...]:
+    families = []
+    for name in raw or []:
+        try:
+            families.append(ToolFamily(name.strip().lower()))
+        except ValueError:
+            known = ", ".join(f.value for f in ToolFamily)
+            raise SuperfluidError(
+                f"--tool-call-parser must be one of {known}, got {name!r}"
+            ) from None
+    return tuple(families)
 
 
 def _served_names(raw: list[str] | None) -> tuple[str, ...]:

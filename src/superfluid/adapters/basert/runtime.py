@@ -33,10 +33,19 @@ from superfluid.adapters.basert.hidden_store import F32, HiddenStore
 from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
+from superfluid.adapters.chat_templates import (
+    CHATML,
+    PLAIN,
+    ChatTemplate,
+    Messages,
+    Tools,
+    template_file,
+)
 from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.ports import Capabilities, Drafter, Feed, Logits, RuntimeFault
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.bundle_header import BundleHeader
+from superfluid.domain.tool_calls import ToolFamily
 
 MAX_VERIFY_ROWS = 16
 #: What the reference backend registers on a dense bundle; `mtp-head` only when it carries one.
@@ -70,6 +79,9 @@ class BaseRTRuntime:
         self._caches: dict[int, KVCache] = {}
         self._taps: tuple[int, ...] = ()
         self._stores: dict[int, HiddenStore] = {}
+        # ChatML (Hermes-style tools) when the tokenizer has its turn markers, else plain lines.
+        chatml = all(tokenizer.token_id(m) is not None for m in ("<|im_start|>", "<|im_end|>"))
+        self.chat_template: ChatTemplate = CHATML if chatml else PLAIN
         refusal = cut_refusal(header)
         strategies = (*STRATEGIES, *HEAD_STRATEGIES) if header.has_mtp_head else STRATEGIES
         self._capabilities = Capabilities(
@@ -137,15 +149,15 @@ class BaseRTRuntime:
             raise RuntimeFault(f"token {bad} is outside the vocabulary (0..{vocab - 1})")
         return self.tokenizer.detokenize(tokens)
 
-    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
-        """ChatML when the tokenizer has its turn markers, else plain `role: content` lines."""
-        start, end = "<|im_start|>", "<|im_end|>"
-        if self.tokenizer.token_id(start) is not None and self.tokenizer.token_id(end) is not None:
-            turns = "".join(
-                f"{start}{role}\n{content}{end}\n" for role, content in _turns(messages)
-            )
-            return f"{turns}{start}assistant\n"
-        return "".join(f"{role}: {content}\n" for role, content in _turns(messages)) + "assistant:"
+    def chat_prompt(self, messages: Messages, tools: Tools | None = None) -> str:
+        return self.chat_template(messages, tools)
+
+    @property
+    def tool_family(self) -> ToolFamily | None:
+        return self.chat_template.tool_family
+
+    def use_chat_template_file(self, path: str) -> None:
+        self.chat_template = template_file(path, bos_token="", eos_token="", strip_bos=False)
 
     def new_sequence(self) -> int:
         if not self._free:
@@ -285,7 +297,3 @@ class BaseRTRuntime:
         if bad is not None:
             raise RuntimeFault(f"token {bad} is outside the vocabulary (0..{vocab - 1})")
         return Pass(cache, feed.tokens, feed.all_rows)
-
-
-def _turns(messages: Sequence[dict[str, str]]) -> list[tuple[str, str]]:
-    return [(m.get("role", "user"), m.get("content", "")) for m in messages]

@@ -31,9 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from superfluid.adapters.chat_templates import Messages, Tools
 from superfluid.adapters.closing import ClosedOnExit
 from superfluid.adapters.llamacpp.batch import PackedBatch
-from superfluid.adapters.llamacpp.chat_template import ChatTemplate, select_chat_template
+from superfluid.adapters.llamacpp.chat_template import (
+    ChatTemplate,
+    select_chat_template,
+    template_file,
+)
 from superfluid.adapters.llamacpp.kernels import (
     KernelConflict,
     Kernels,
@@ -45,6 +50,7 @@ from superfluid.adapters.llamacpp.vocab import Vocabulary
 from superfluid.adapters.sequences import SequenceTable
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
 from superfluid.domain.errors import SuperfluidError
+from superfluid.domain.tool_calls import ToolFamily
 
 #: A verify step carries up to 65 rows per lane: a 64-token draft and the pending token (the
 #: deepest draft the contract allows, §7). A step of more rows than `N_BATCH` is split into
@@ -260,8 +266,20 @@ class LlamaCppRuntime(ClosedOnExit):
         self._open()
         return self.vocab.detokenize(tokens)
 
-    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
-        return self.chat_template(messages)
+    def chat_prompt(self, messages: Messages, tools: Tools | None = None) -> str:
+        return self.chat_template(messages, tools)
+
+    @property
+    def tool_family(self) -> ToolFamily | None:
+        return self.chat_template.tool_family
+
+    def use_chat_template_file(self, path: str) -> None:
+        self.chat_template = template_file(
+            path,
+            bos_token=self.vocab.token_text(self.vocab.bos) if self.vocab.bos >= 0 else "",
+            eos_token=self.vocab.token_text(self.vocab.eos) if self.vocab.eos >= 0 else "",
+            strip_bos=self.vocab.adds_bos,
+        )
 
     def new_sequence(self) -> int:
         self._open()

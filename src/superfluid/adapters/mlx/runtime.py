@@ -37,13 +37,15 @@ import mlx_lm
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from superfluid.adapters.chat_templates import Messages, Tools
 from superfluid.adapters.closing import ClosedOnExit
 from superfluid.adapters.mlx import ModelLoadError
-from superfluid.adapters.mlx.chat import ChatFormat
+from superfluid.adapters.mlx.chat import chat_template_file, chat_template_of
 from superfluid.adapters.mlx.kv import CutFailed, cut_exactly, cut_refusal, offsets
 from superfluid.adapters.mlx.pieces import Pieces
 from superfluid.adapters.sequences import BROKEN, SequenceTable
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
+from superfluid.domain.tool_calls import ToolFamily
 
 MAX_VERIFY_ROWS = 16
 # Prompt tokens per forward pass: a longer feed (prefill) runs as several, over the same cache.
@@ -76,7 +78,7 @@ class MlxRuntime(ClosedOnExit):
         self.pieces = Pieces(tokenizer, vocab_size=vocab_size)
         self._bos = tokenizer.bos_token_id
         self._adds_bos = self._bos is not None and tokenizer.encode("")[:1] == [self._bos]
-        self.chat_format = ChatFormat(tokenizer, adds_bos=self._adds_bos)
+        self.chat_template = chat_template_of(tokenizer, adds_bos=self._adds_bos)
         self._capabilities = self._describe(_eos_tokens(tokenizer, path, self.pieces.size))
 
     @classmethod
@@ -135,9 +137,16 @@ class MlxRuntime(ClosedOnExit):
     def detokenize(self, tokens: Sequence[int]) -> bytes:
         return self.pieces(tokens)
 
-    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
+    def chat_prompt(self, messages: Messages, tools: Tools | None = None) -> str:
         with self._text_lock:
-            return self.chat_format(messages)
+            return self.chat_template(messages, tools)
+
+    @property
+    def tool_family(self) -> ToolFamily | None:
+        return self.chat_template.tool_family
+
+    def use_chat_template_file(self, path: str) -> None:
+        self.chat_template = chat_template_file(path, self._tokenizer, adds_bos=self._adds_bos)
 
     def new_sequence(self) -> int:
         self._open()

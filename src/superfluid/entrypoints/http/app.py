@@ -12,6 +12,7 @@ request is parsed and checked completely (intake.py) before it is submitted, so 
 from __future__ import annotations
 
 import hmac
+import logging
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -21,6 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from superfluid.application.service import GenerationService, ModelHost, Overloaded
+from superfluid.application.tool_calling import ToolChoice, ToolPlan
 from superfluid.entrypoints.http.errors import (
     SERVER_ERROR,
     ApiError,
@@ -37,8 +39,10 @@ from superfluid.entrypoints.http.intake import (
     find_host,
     generation_request,
     read_body,
+    template_tools,
+    tool_plan,
 )
-from superfluid.entrypoints.http.replies import LogprobEntry, ReplyFrame, usage
+from superfluid.entrypoints.http.replies import CallOut, LogprobEntry, ReplyFrame, usage
 from superfluid.entrypoints.http.schemas import (
     ChatCompletionBody,
     CompletionBody,
@@ -46,6 +50,8 @@ from superfluid.entrypoints.http.schemas import (
     openapi_request_body,
 )
 from superfluid.entrypoints.http.streaming import GenerationStream, sse_events
+
+log = logging.getLogger("superfluid")
 
 
 def create_app(
@@ -79,15 +85,17 @@ def create_app(
         body = await read_body(request, ChatCompletionBody, max_body_bytes)
         check_supported(body)
         host = find_host(service, body.model)
+        plan = tool_plan(body, host)
         messages = chat_messages(body.messages)
+        tools = template_tools(body, plan, host)
 
         def prompt_tokens() -> list[int]:
-            text = host.chat_prompt(messages)
+            text = host.chat_prompt(messages, tools)
             return host.tokenize(text, add_special=True)
 
         # Templates and tokenizers are plain blocking code: keep them off the event loop.
         prompt = await run_in_threadpool(prompt_tokens)
-        return await _reply(request, body, host, prompt, chat=True)
+        return await _reply(request, body, host, prompt, chat=True, tools=plan)
 
     @v1.post(
         "/completions",
@@ -134,8 +142,9 @@ def create_app(
         prompt: list[int],
         *,
         chat: bool,
+        tools: ToolPlan | None = None,
     ) -> Response:
-        work = generation_request(body, host, prompt, defaults)
+        work = generation_request(body, host, prompt, defaults, tools)
         generation = Generation(service, host, work, body.stop_strings)
         frame = ReplyFrame(model=host.name, chat=chat)
         try:
@@ -149,7 +158,7 @@ def create_app(
                 # an ordinary HTTP error rather than an event inside a 200 stream.
                 first = await unless_disconnected(generation.next_piece(), request)
                 _raise_if_failed(first)
-                events = sse_events(generation, first, frame, body.options)
+                events = sse_events(generation, first, frame, body.options, tools)
                 handed_to_stream = True
                 return GenerationStream(generation, events)
             text, entries, last = await unless_disconnected(_whole_reply(generation), request)
@@ -157,7 +166,14 @@ def create_app(
             assert last.finish is not None
             totals = usage(generation.prompt_tokens, last.completion_tokens)
             logprobs = entries if work.logprobs is not None else None
-            return JSONResponse(frame.reply(text, last.finish, totals, last.spec, logprobs))
+            finish = last.finish
+            calls: tuple[CallOut, ...] = ()
+            if tools is not None and tools.choice is not ToolChoice.NONE:
+                text, calls = _read_calls(tools, text, finish)
+                finish = "tool_calls" if calls else finish
+            return JSONResponse(
+                frame.reply(text, finish, totals, last.spec, logprobs, tool_calls=calls)
+            )
         finally:
             if not handed_to_stream:
                 generation.cancel()  # finished, failed or abandoned: the lane is not needed
@@ -192,6 +208,18 @@ async def _whole_reply(generation: Generation) -> tuple[str, list[LogprobEntry],
         entries.extend(piece.logprobs)
         if piece.last:
             return "".join(texts), entries, piece
+
+
+def _read_calls(plan: ToolPlan, text: str, finish: str) -> tuple[str, tuple[CallOut, ...]]:
+    """A finished reply's tool calls and the content around them. A forced call cut short, or a
+    call the parser cannot read, leaves the whole reply as content (and a line in the log)."""
+    if plan.forced and finish != "stop":
+        return text, ()
+    parsed = plan.read(text)
+    if parsed.problem is not None:
+        log.warning("%s; the reply is returned as text", parsed.problem)
+    calls = tuple(CallOut.new(call.name, call.arguments) for call in parsed.calls)
+    return (parsed.content or "") if calls else text, calls
 
 
 def _raise_if_failed(piece: Piece) -> None:

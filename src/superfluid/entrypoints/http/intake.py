@@ -7,17 +7,21 @@ picked by name among the served ones, never opened.
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pydantic
 from fastapi import Request
 
-from superfluid.application.grammar import JsonObjectConstraint
+from superfluid.application.grammar import JsonObjectConstraint, SchemaConstraint
+from superfluid.application.ports import TokenConstraint
 from superfluid.application.requests import GenerationRequest
 from superfluid.application.service import GenerationService, ModelHost
+from superfluid.application.tool_calling import FunctionTool, ToolChoice, ToolPlan
+from superfluid.domain.json_schema import SchemaUnsupported
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import effective_temperature
 from superfluid.entrypoints.http.errors import (
@@ -31,6 +35,7 @@ from superfluid.entrypoints.http.schemas import (
     ChatMessage,
     CompletionBody,
     SamplingFields,
+    ToolCallIn,
 )
 
 Body = TypeVar("Body", bound=pydantic.BaseModel)
@@ -146,12 +151,113 @@ def _message_text(message: ChatMessage, index: int) -> str:
     return "\n".join(texts)
 
 
-def chat_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
-    """Messages as the runtime's chat template takes them: role and text only."""
-    return [
-        {"role": "system" if m.role == "developer" else m.role, "content": _message_text(m, i)}
-        for i, m in enumerate(messages)
-    ]
+def chat_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Messages as chat templates take them: role and text, an assistant turn's calls with
+    their arguments parsed, and a tool turn's call id and function name."""
+    called: dict[str, str] = {}  # call id -> function name, from earlier assistant turns
+    shaped: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        role = "system" if message.role == "developer" else message.role
+        turn: dict[str, Any] = {"role": role, "content": _message_text(message, index)}
+        if message.tool_calls and role == "assistant":
+            turn["tool_calls"] = [
+                _call_turn(call, f"messages[{index}].tool_calls[{number}]")
+                for number, call in enumerate(message.tool_calls)
+            ]
+            called.update((call.id, call.function.name) for call in message.tool_calls)
+        if role == "tool":
+            where = f"messages[{index}].tool_call_id"
+            if not message.tool_call_id:
+                raise bad_request(f"`{where}` is missing: a tool message answers a call", where)
+            if message.tool_call_id not in called:
+                raise bad_request(
+                    f"`{where}` ({message.tool_call_id!r}) matches no call of an earlier"
+                    " assistant message",
+                    where,
+                )
+            turn["tool_call_id"] = message.tool_call_id
+            turn["name"] = called[message.tool_call_id]
+        shaped.append(turn)
+    return shaped
+
+
+def _call_turn(call: ToolCallIn, where: str) -> dict[str, Any]:
+    try:
+        arguments = json.loads(call.function.arguments) if call.function.arguments.strip() else {}
+    except json.JSONDecodeError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        raise bad_request(
+            f"`{where}.function.arguments` must be a JSON object, as a string",
+            f"{where}.function.arguments",
+        )
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.function.name, "arguments": arguments},
+    }
+
+
+# -- tools ----------------------------------------------------------------------------------------
+
+
+def tool_plan(body: ChatCompletionBody, host: ModelHost) -> ToolPlan | None:
+    """What the request's `tools` and `tool_choice` ask of this model (None: no tools)."""
+    tools = body.tools or []
+    choice = body.tool_choice
+    if not tools:
+        if choice is not None and choice != "none":
+            raise bad_request(
+                "`tool_choice` needs `tools`: send the functions the model may call",
+                "tool_choice",
+            )
+        return None
+    seen: set[str] = set()
+    for index, tool in enumerate(tools):
+        if tool.function.name in seen:
+            where = f"tools[{index}].function.name"
+            raise bad_request(f"`{where}`: two tools are named {tool.function.name!r}", where)
+        seen.add(tool.function.name)
+    functions = tuple(FunctionTool(t.function.name, t.function.parameters) for t in tools)
+    named = None
+    if choice is None or choice == "auto":
+        kind = ToolChoice.AUTO
+    elif choice == "none":
+        kind = ToolChoice.NONE
+    elif choice == "required":
+        kind = ToolChoice.REQUIRED
+    else:
+        kind, named = ToolChoice.NAMED, choice.function.name
+        if named not in seen:
+            raise bad_request(
+                f"`tool_choice.function.name` names {named!r}, which is not among `tools`",
+                "tool_choice.function.name",
+            )
+    family = host.tool_family
+    if kind is ToolChoice.AUTO and family is None:
+        raise bad_request(
+            f"the chat template of {host.name} cannot take tools, so the model cannot call"
+            " them; serve it with --chat-template-file naming a template that can, or force"
+            " a call with `tool_choice`",
+            "tools",
+        )
+    plan = ToolPlan(kind, functions, family, named, parallel=body.parallel_tool_calls is not False)
+    if plan.forced:
+        try:
+            plan.grammar()
+        except SchemaUnsupported as why:
+            raise bad_request(f'{why}; use `tool_choice: "auto"` for this tool', "tools") from None
+    return plan
+
+
+def template_tools(
+    body: ChatCompletionBody, plan: ToolPlan | None, host: ModelHost
+) -> list[dict[str, Any]] | None:
+    """The tools the prompt shows: none for `tool_choice: none`, and none for a forced call on
+    a template that cannot take them (the grammar writes the call either way)."""
+    if plan is None or not plan.shows_tools or host.tool_family is None:
+        return None
+    return [tool.model_dump(exclude_none=True) for tool in body.tools or []]
 
 
 def completion_prompt(body: CompletionBody) -> str:
@@ -185,10 +291,6 @@ def check_supported(body: SamplingFields) -> None:
     if body.n not in (None, 1):
         raise bad_request(f"`n` must be 1 (one choice per request), got {body.n}", "n")
     if isinstance(body, ChatCompletionBody):
-        if body.tools:
-            raise bad_request(
-                "this server does not call tools; send the request without `tools`", "tools"
-            )
         if body.response_format is not None and body.response_format.type == "json_schema":
             raise bad_request(
                 "`response_format` json_schema is not supported; use json_object or text",
@@ -268,6 +370,7 @@ def generation_request(
     host: ModelHost,
     prompt: list[int],
     defaults: ServerDefaults,
+    tools: ToolPlan | None = None,
 ) -> GenerationRequest:
     check_prompt_fits(
         host, prompt, "messages" if isinstance(body, ChatCompletionBody) else "prompt"
@@ -280,16 +383,19 @@ def generation_request(
         and body.response_format is not None
         and body.response_format.type == "json_object"
     )
-    constraint = (
-        JsonObjectConstraint(host.token_pieces(), host.capabilities.eos_tokens)
-        if json_mode
-        else None
-    )
+    constraint: TokenConstraint | None = None
+    if tools is not None and tools.forced:
+        # A forced call is a grammar lane; it never speculates (docs/contract.md §8).
+        constraint = SchemaConstraint(
+            host.token_pieces(), host.capabilities.eos_tokens, tools.grammar()
+        )
+    elif json_mode:
+        constraint = JsonObjectConstraint(host.token_pieces(), host.capabilities.eos_tokens)
     return GenerationRequest(
         prompt=prompt,
         params=sampling_params(body, host, defaults),
         max_tokens=max_tokens,
-        speculate=not must_decode_plainly(body),
+        speculate=constraint is None and not must_decode_plainly(body),
         constraint=constraint,
         logprobs=logprobs_wanted(body),
     )

@@ -90,6 +90,56 @@ def completion_logprobs(entries: Sequence[LogprobEntry]) -> Json:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class CallOut:
+    """A tool call as a reply shows it."""
+
+    id: str
+    name: str
+    arguments: str  # a JSON object, as a string
+
+    @classmethod
+    def new(cls, name: str, arguments: str) -> CallOut:
+        return cls(new_call_id(), name, arguments)
+
+    def as_json(self) -> Json:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def call_opening(index: int, call_id: str, name: str) -> Json:
+    """A stream's first delta of a call: its index, id, type and name, no arguments yet."""
+    return {
+        "index": index,
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": ""},
+    }
+
+
+def call_fragment(index: int, fragment: str) -> Json:
+    """A later delta of call `index`: more of its arguments' text."""
+    return {"index": index, "function": {"arguments": fragment}}
+
+
+def call_deltas(index: int, call: CallOut, fragment_chars: int = 64) -> list[Json]:
+    """A whole call as stream deltas: the opening, then its arguments in fragments."""
+    deltas = [call_opening(index, call.id, call.name)]
+    text = call.arguments
+    deltas += [
+        call_fragment(index, text[at : at + fragment_chars])
+        for at in range(0, len(text), fragment_chars)
+    ]
+    return deltas
+
+
 def usage(prompt_tokens: int, completion_tokens: int) -> Json:
     return {
         "prompt_tokens": prompt_tokens,
@@ -138,12 +188,18 @@ class ReplyFrame:
         usage_block: Json,
         spec: SpecStats,
         logprobs: Sequence[LogprobEntry] | None = None,
+        tool_calls: Sequence[CallOut] = (),
     ) -> Json:
-        """A whole, non-streamed reply; `logprobs` is None when the request did not ask."""
+        """A whole, non-streamed reply; `logprobs` is None when the request did not ask.
+        With tool calls, `content` is the text around them (null when there is none)."""
         if self.chat:
+            message: Json = {"role": "assistant", "content": text}
+            if tool_calls:
+                message["content"] = text or None
+                message["tool_calls"] = [call.as_json() for call in tool_calls]
             choice: Json = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": message,
                 "logprobs": self._logprobs(logprobs),
                 "finish_reason": finish,
             }
@@ -172,15 +228,19 @@ class ReplyFrame:
         usage_block: Json | None = None,
         spec: SpecStats | None = None,
         logprobs: Sequence[LogprobEntry] | None = None,
+        tool_calls: Sequence[Json] = (),
     ) -> Json:
-        """One stream chunk: text (None on the closing chunk), and what it is asked to carry."""
+        """One stream chunk: text (None on the closing chunk), tool-call deltas (chat), and
+        what it is asked to carry."""
         lp = self._logprobs(logprobs)
         if self.chat:
             delta: Json = {}
             if with_role:
                 delta["role"] = "assistant"
-            if text is not None or with_role:
+            if text is not None or (with_role and not tool_calls):
                 delta["content"] = text or ""
+            if tool_calls:
+                delta["tool_calls"] = list(tool_calls)
             choice: Json = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
             body = self._head("chat.completion.chunk")
         else:

@@ -90,14 +90,65 @@ class ContentPart(BaseModel):
     text: str | None = None
 
 
+#: OpenAI's rule for function names.
+FUNCTION_NAME = r"^[A-Za-z0-9_.\-]{1,64}$"
+
+
+class CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    name: str = Field(pattern=FUNCTION_NAME)
+    arguments: str  # a JSON object, as a string (OpenAI's shape)
+
+
+class ToolCallIn(BaseModel):
+    """A call an earlier assistant turn made, sent back as part of the conversation."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    id: str = Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    # `developer` is OpenAI's newer name for `system`. Tool messages are refused: this server
-    # does not call tools, so a conversation carrying tool results did not come from it.
-    role: Literal["system", "developer", "user", "assistant"]
+    # `developer` is OpenAI's newer name for `system`.
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None  # assistant turns that called tools
+    tool_call_id: str | None = None  # tool turns: the call they answer
+
+
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None  # a JSON Schema; none means no arguments
+    strict: bool | None = None
+
+
+class ToolDefinition(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionName(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    type: Literal["function"]
+    function: FunctionName
 
 
 class ResponseFormat(BaseModel):
@@ -112,7 +163,9 @@ class ChatCompletionBody(SamplingFields):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     response_format: ResponseFormat | None = None
-    tools: list[dict[str, object]] | None = None
+    tools: list[ToolDefinition] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
     @property
     def token_limit(self) -> int | None:

@@ -11,6 +11,9 @@ the reply ends (tokens that showed no text) ride on the closing chunk.
 last carries it (docs/contract.md §9), and a client that stops reading at the finish reason still
 sees it.
 
+Tool calls leave as OpenAI's deltas (`StreamedCalls`): a call's index, id, type and name first,
+then its arguments in fragments; the closing chunk then says `finish_reason: "tool_calls"`.
+
 The first piece is awaited before the response starts (see app.py), so a failure before any
 byte is an ordinary HTTP error; a failure after the headers went out can only be told in the
 stream: an SSE `data: {"error": ...}` event, then `[DONE]`.
@@ -26,9 +29,20 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from superfluid.application.tool_calling import ToolChoice, ToolPlan
+from superfluid.domain.tool_calls import ToolCallWatch
 from superfluid.entrypoints.http.errors import SERVER_ERROR, error_body
 from superfluid.entrypoints.http.generation import Generation, Piece
-from superfluid.entrypoints.http.replies import LogprobEntry, ReplyFrame, usage
+from superfluid.entrypoints.http.replies import (
+    CallOut,
+    Json,
+    LogprobEntry,
+    ReplyFrame,
+    call_deltas,
+    call_fragment,
+    call_opening,
+    usage,
+)
 from superfluid.entrypoints.http.schemas import StreamOptions
 
 log = logging.getLogger("superfluid")
@@ -41,20 +55,29 @@ def sse(payload: dict[str, Any]) -> str:
 
 
 async def sse_events(
-    generation: Generation, first: Piece, frame: ReplyFrame, options: StreamOptions
+    generation: Generation,
+    first: Piece,
+    frame: ReplyFrame,
+    options: StreamOptions,
+    tools: ToolPlan | None = None,
 ) -> AsyncIterator[str]:
     role_owed = frame.chat  # the first chunk of a chat stream names the assistant role
     wants_logprobs = generation.request.logprobs is not None
     owed: list[LogprobEntry] = []  # entries of a skipped chunk go with the next one sent
+    calls = StreamedCalls(tools)
     piece = first
     try:
         while True:
             totals = usage(generation.prompt_tokens, piece.completion_tokens)
             owed.extend(piece.logprobs)
-            if piece.text:
+            text, deltas = calls.push(piece.text)
+            if deltas:
+                yield sse(frame.chunk(None, with_role=role_owed, tool_calls=deltas))
+                role_owed = False
+            if text:
                 yield sse(
                     frame.chunk(
-                        piece.text,
+                        text,
                         with_role=role_owed,
                         usage_block=totals if options.continuous_usage_stats else None,
                         logprobs=owed if wants_logprobs else None,
@@ -66,12 +89,22 @@ async def sse_events(
                 yield sse(error_body(piece.error, type=SERVER_ERROR))
                 break
             if piece.finish is not None:
+                finish = piece.finish
+                text, deltas = calls.finish(finish)
+                if text:
+                    yield sse(frame.chunk(text, with_role=role_owed))
+                    role_owed = False
+                if deltas:
+                    yield sse(frame.chunk(None, with_role=role_owed, tool_calls=deltas))
+                    role_owed = False
+                if calls.called:
+                    finish = "tool_calls"
                 wants_usage = options.include_usage or options.continuous_usage_stats
                 yield sse(
                     frame.chunk(
                         None,
                         with_role=role_owed,
-                        finish=piece.finish,
+                        finish=finish,
                         usage_block=totals if wants_usage else None,
                         spec=piece.spec,
                         logprobs=owed if owed else None,
@@ -90,6 +123,69 @@ async def sse_events(
         yield DONE
     finally:
         generation.cancel()
+
+
+class StreamedCalls:
+    """What a stream shows of a reply's tool calls, piece by piece.
+
+    - `auto`: content streams as it comes, except text that may open a call, which is held
+      (domain.tool_calls.ToolCallWatch) and parsed when the reply ends; its calls then leave as
+      deltas, or, if it was no call after all or a malformed one, as content.
+    - a named function: the call opens at the first piece and each piece of the grammar's output
+      is one fragment of its arguments, as it is generated.
+    - `required`: the grammar writes a list of calls; it is parsed when the reply ends.
+    """
+
+    def __init__(self, plan: ToolPlan | None) -> None:
+        self._plan = plan
+        choice = plan.choice if plan is not None else None
+        self._watch = (
+            ToolCallWatch(plan.family)
+            if plan is not None and choice is ToolChoice.AUTO and plan.family is not None
+            else None
+        )
+        self._forced = plan is not None and plan.forced
+        self._raw: list[str] = []
+        self._opened: CallOut | None = None
+        self.called = False
+
+    def push(self, text: str) -> tuple[str, list[Json]]:
+        """Content to send now, and tool-call deltas to send before it."""
+        if self._watch is not None:
+            return self._watch.push(text), []
+        if not self._forced or not text:
+            return ("" if self._forced else text), []
+        self._raw.append(text)
+        plan = self._plan
+        assert plan is not None
+        if plan.choice is not ToolChoice.NAMED:
+            return "", []
+        deltas = []
+        if self._opened is None:
+            assert plan.named is not None
+            self._opened = CallOut.new(plan.named, "")
+            deltas.append(call_opening(0, self._opened.id, plan.named))
+        deltas.append(call_fragment(0, text))
+        return "", deltas
+
+    def finish(self, finish: str) -> tuple[str, list[Json]]:
+        """Content and deltas still owed when the reply ends with `finish`."""
+        if self._watch is not None:
+            parsed = self._watch.finish()
+        elif self._forced and self._plan is not None:
+            if self._opened is not None:  # a named call has streamed already
+                self.called = finish == "stop"
+                return "", []
+            parsed = self._plan.read("".join(self._raw))
+        else:
+            return "", []
+        if parsed.problem is not None:
+            log.warning("%s; the reply is returned as text", parsed.problem)
+        deltas: list[Json] = []
+        for index, call in enumerate(parsed.calls):
+            deltas += call_deltas(index, CallOut.new(call.name, call.arguments))
+        self.called = bool(parsed.calls)
+        return parsed.content or "", deltas
 
 
 class GenerationStream(StreamingResponse):

@@ -1,0 +1,94 @@
+"""Tool calling for one request: what `tool_choice` asks, and how the reply becomes calls.
+
+- `none`: the model is not shown the tools and nothing is parsed.
+- `auto` (the default with tools): the model sees the tools through its chat template and may
+  call them in its family's format; the finished text is parsed (domain.tool_calls). The lane is
+  an ordinary lane: it speculates like any other, so a call that copies its context (a path, a
+  block of code) is drafted too, and greedy output is the same with or without speculation.
+- `required` or a named function: the promise is a call whose arguments validate against the
+  function's `parameters`, whatever the model. That is a grammar lane (domain.json_schema):
+  it writes the arguments object (a named function) or a list of
+  `{"name": ..., "arguments": ...}` calls (`required`) as bare JSON, and like every grammar lane
+  it never speculates (docs/contract.md §8). Schemas the grammar cannot enforce are refused
+  when the request arrives.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from superfluid.domain.json_schema import Node, call_arguments, call_list
+from superfluid.domain.tool_calls import ParsedCall, ParsedReply, ToolFamily, parse_reply
+
+
+class ToolChoice(enum.Enum):
+    NONE = "none"
+    AUTO = "auto"
+    REQUIRED = "required"
+    NAMED = "named"
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionTool:
+    name: str
+    parameters: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPlan:
+    choice: ToolChoice
+    functions: tuple[FunctionTool, ...]
+    family: ToolFamily | None = None  # how an `auto` reply writes calls
+    named: str | None = None  # the function a NAMED choice forces
+    parallel: bool = True
+
+    @property
+    def forced(self) -> bool:
+        return self.choice in (ToolChoice.REQUIRED, ToolChoice.NAMED)
+
+    @property
+    def shows_tools(self) -> bool:
+        """Whether the prompt shows the model the tools."""
+        return self.choice is not ToolChoice.NONE
+
+    def grammar(self) -> Node:
+        """The forced output's grammar; raises SchemaUnsupported naming what it cannot enforce."""
+        nodes = [
+            (
+                tool.name,
+                call_arguments(tool.parameters, where=f"tools[{at}].function.parameters"),
+            )
+            for at, tool in enumerate(self.functions)
+            if self.choice is ToolChoice.REQUIRED or tool.name == self.named
+        ]
+        if self.choice is ToolChoice.NAMED:
+            return nodes[0][1]
+        return call_list(nodes, parallel=self.parallel)
+
+    def read(self, text: str) -> ParsedReply:
+        """The calls in a finished reply (and the content around them)."""
+        if self.forced:
+            return self._read_forced(text)
+        if self.choice is ToolChoice.AUTO and self.family is not None:
+            return parse_reply(self.family, text)
+        return ParsedReply(text or None)
+
+    def _read_forced(self, text: str) -> ParsedReply:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            # Only a reply cut short (max_tokens, a stop string) leaves the grammar unfinished.
+            return ParsedReply(text or None, (), "the forced tool call was cut short")
+        if self.choice is ToolChoice.NAMED:
+            assert self.named is not None
+            return ParsedReply(None, (ParsedCall(self.named, _compact(value)),))
+        calls = tuple(ParsedCall(item["name"], _compact(item["arguments"])) for item in value)
+        return ParsedReply(None, calls)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
