@@ -156,3 +156,45 @@ def test_a_bundles_generation_config_sets_its_defaults_and_draft_model_samples_f
             proposed += spec.get("proposed", 0)
             accepted += spec.get("accepted", 0)
         assert proposed > 0 and accepted > 0, (proposed, accepted)
+
+
+PATH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "open_path",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "line": {"type": "integer"}},
+            "required": ["path", "line"],
+        },
+    },
+}
+
+
+def test_tool_calls_through_the_chatml_template_and_a_forced_call(
+    layout: dict[str, Path],
+) -> None:
+    """The fixture tokenizer has ChatML markers, so the built-in ChatML template shows tools
+    (Hermes-style); a named `tool_choice` yields that call whatever the random model writes."""
+    import json
+
+    with serving(layout, "target", "--speculate", "auto") as server:
+        client, model = server.client(), layout["target"].name
+        reply = client.chat.completions.create(
+            model=model, messages=ASK, tools=[PATH_TOOL], max_tokens=16, temperature=0
+        )
+        assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        forced = client.chat.completions.create(
+            model=model,
+            messages=ASK,
+            tools=[PATH_TOOL],
+            tool_choice={"type": "function", "function": {"name": "open_path"}},
+            max_tokens=200,
+            temperature=0,
+        )
+        choice = forced.choices[0]
+        assert choice.finish_reason == "tool_calls", choice
+        (call,) = choice.message.tool_calls or []
+        arguments = json.loads(call.function.arguments)
+        assert call.function.name == "open_path"
+        assert isinstance(arguments["path"], str) and isinstance(arguments["line"], int)

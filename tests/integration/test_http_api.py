@@ -585,3 +585,68 @@ def test_health_and_metrics_are_served_and_requests_are_counted(
     recorded = set(served.metrics.requests)
     assert ("/health", 200) in recorded and ("unmatched", 404) in recorded
     assert ("/v1/chat/completions", 200) in recorded
+
+
+# -- tool calling (the fake model; the real one is in test_tool_calling_llamacpp.py) --------------
+
+DONE_TOOL = {
+    "type": "function",
+    "function": {"name": "done", "description": "Say the work is finished.", "parameters": {}},
+}
+FORCE_DONE = {"type": "function", "function": {"name": "done"}}
+
+
+def test_a_named_tool_choice_always_yields_that_call(client: openai.OpenAI) -> None:
+    reply = chat(client, tools=[DONE_TOOL], tool_choice=FORCE_DONE, max_tokens=8)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    (call,) = choice.message.tool_calls or []
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name == "done" and json.loads(call.function.arguments) == {}
+
+
+def test_a_streamed_named_call_arrives_as_deltas_the_client_accumulates(
+    client: openai.OpenAI,
+) -> None:
+    with client.chat.completions.stream(
+        model="fake-model",
+        messages=USER,  # type: ignore[arg-type]
+        tools=[DONE_TOOL],  # type: ignore[list-item]
+        tool_choice=FORCE_DONE,  # type: ignore[arg-type]
+        max_tokens=8,
+        temperature=0,
+        stream_options={"include_usage": True},
+    ) as stream:
+        final = stream.get_final_completion()
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "done" and json.loads(call.function.arguments) == {}
+
+
+def test_with_tools_and_no_call_in_the_reply_the_text_is_content(client: openai.OpenAI) -> None:
+    for choice in ("auto", "none"):
+        reply = chat(client, tools=[DONE_TOOL], tool_choice=choice, max_tokens=12)
+        assert reply.choices[0].finish_reason == "length"
+        assert reply.choices[0].message.content and not reply.choices[0].message.tool_calls
+
+
+def test_a_conversation_with_a_call_and_its_result_is_served(client: openai.OpenAI) -> None:
+    messages = [
+        *USER,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "done", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
+    ]
+    reply = chat(client, messages=messages, tools=[DONE_TOOL], max_tokens=6)
+    assert reply.choices[0].message.content

@@ -32,6 +32,7 @@ from superfluid.domain.errors import DirectiveError
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
+from superfluid.domain.tool_calls import ToolFamily
 from tests.integration.mlx_models import write_tiny_llama
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -331,6 +332,25 @@ def test_the_chat_prompt_uses_the_template_without_doubling_bos(runtime):
     assert text == "<|user|>hi<|end|><|assistant|>"
     tokens = runtime.tokenize(text, add_special=True)
     assert tokens.count(runtime.tokenize("<|bos|>", add_special=False)[0]) == 1
+
+
+def test_a_chat_template_file_replaces_the_template_and_can_take_tools(runtime, tmp_path):
+    source = (
+        "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}{% endfor %}</tools>"
+        "Call with <tool_call>.{% endif %}{% for m in messages %}<|{{ m.role }}|>"
+        "{{ m.content }}<|end|>{% endfor %}<|assistant|>"
+    )
+    (tmp_path / "tools.jinja").write_text(source)
+    own = runtime.chat_template
+    assert runtime.tool_family is None  # the tiny model's own template shows no tools
+    try:
+        runtime.use_chat_template_file(str(tmp_path / "tools.jinja"))
+        assert runtime.tool_family is ToolFamily.HERMES
+        tool = {"type": "function", "function": {"name": "lookup", "parameters": {}}}
+        text = runtime.chat_prompt([{"role": "user", "content": "hi"}], [tool])
+        assert text == "<tools>lookup</tools>Call with <tool_call>.<|user|>hi<|end|><|assistant|>"
+    finally:
+        runtime.chat_template = own
 
 
 def test_a_path_that_is_not_a_local_directory_is_refused_without_the_hub(tmp_path):

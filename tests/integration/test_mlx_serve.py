@@ -64,3 +64,41 @@ def test_the_openai_client_can_chat_with_an_mlx_model(server):
     # The gates probe speculation first, and the model soon cycles: drafts were verified.
     spec = (reply.model_extra or {}).get("superfluid", {}).get("spec")
     assert spec is not None and spec["proposed"] > 0
+
+
+PATH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "open_path",
+        "parameters": {
+            "type": "object",
+            "properties": {"line": {"type": "integer"}, "strict": {"type": "boolean"}},
+            "required": ["line", "strict"],
+        },
+    },
+}
+
+
+def test_a_template_without_tools_refuses_them_and_a_forced_call_still_works(server):
+    """The tiny model's template shows no tools: `auto` is a 400 that says so, and a named
+    `tool_choice` is written by the grammar anyway (random weights, valid arguments)."""
+    import json
+
+    port, _ = server
+    with pytest.raises(openai.BadRequestError, match="cannot take tools"):
+        client(port).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], tools=[PATH_TOOL]
+        )
+    reply = client(port).chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        tools=[PATH_TOOL],
+        tool_choice={"type": "function", "function": {"name": "open_path"}},
+        max_tokens=120,
+        temperature=0,
+    )
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    (call,) = choice.message.tool_calls or []
+    arguments = json.loads(call.function.arguments)
+    assert isinstance(arguments["line"], int) and isinstance(arguments["strict"], bool)

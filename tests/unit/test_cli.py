@@ -49,6 +49,15 @@ def gguf(tmp_path):
             "2 --served-model-name values for 1 model(s); give at most one per model,"
             " in the order the models are given",
         ),
+        (
+            ["--tool-call-parser", "xml"],
+            "--tool-call-parser must be one of hermes, llama3, mistral, pythonic, got 'xml'",
+        ),
+        (
+            ["--chat-template-file", "a.jinja", "--chat-template-file", "b.jinja"],
+            "2 --chat-template-file values for 1 model(s); give at most one per model,"
+            " in the order the models are given",
+        ),
     ],
 )
 def test_invalid_speculation_flags_exit_2_with_the_contract_message(gguf, args, message):

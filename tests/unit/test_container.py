@@ -8,6 +8,7 @@ from dependency_injector import providers
 from superfluid.application.serving import ServePlan
 from superfluid.domain.errors import DirectiveError
 from superfluid.domain.spec_settings import SpecSettings
+from superfluid.domain.tool_calls import ToolFamily
 from superfluid.entrypoints.container import Container
 from tests.fakes import FakeRuntime
 
@@ -20,13 +21,14 @@ def gguf(tmp_path, name="m.gguf"):
     return path
 
 
-def container_for(models, speculate, *, cut_refusal=None, settings=None, prefix_reuse=True):
+def container_for(models, speculate, *, cut_refusal=None, settings=None, prefix_reuse=True, **more):
     plan = ServePlan(
         models=tuple(models),
         speculate=speculate,
         settings=settings or SpecSettings(),
         monitor=False,
         prefix_reuse=prefix_reuse,
+        **more,
     )
     container = Container(plan=plan)
 
@@ -132,6 +134,20 @@ def test_with_several_models_each_line_names_its_model(tmp_path, startup_lines):
         "speculation: a.gguf: prompt-lookup",
         "speculation: b.gguf: prompt-lookup",
     ]
+
+
+def test_template_files_and_parsers_go_to_the_models_in_order(tmp_path):
+    models = [gguf(tmp_path, "a.gguf"), gguf(tmp_path, "b.gguf")]
+    template = tmp_path / "tools.jinja"
+    hosts = container_for(
+        models,
+        "off",
+        chat_templates=(template,),
+        tool_parsers=(ToolFamily.MISTRAL,),
+    ).hosts()
+    assert [h.runtime.chat_template_file for h in hosts] == [str(template), None]
+    # The first model reads calls as told; the second as its template teaches.
+    assert [h.tool_family for h in hosts] == [ToolFamily.MISTRAL, ToolFamily.HERMES]
 
 
 def test_the_cap_on_temperature_is_reported_ignored_when_nothing_speculates(

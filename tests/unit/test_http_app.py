@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pydantic
 import pytest
@@ -13,7 +14,10 @@ from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.registration import Registration
 from superfluid.application.service import GenerationService, ModelHost
+from superfluid.application.tool_calling import FunctionTool, ToolChoice, ToolPlan
+from superfluid.domain.tool_calls import ToolFamily
 from superfluid.entrypoints.http import create_app
+from superfluid.entrypoints.http.app import _read_calls
 from superfluid.entrypoints.http.errors import ApiError, from_validation_errors
 from superfluid.entrypoints.http.intake import (
     ServerDefaults,
@@ -22,6 +26,7 @@ from superfluid.entrypoints.http.intake import (
     sampling_params,
 )
 from superfluid.entrypoints.http.schemas import ChatCompletionBody, CompletionBody
+from superfluid.entrypoints.http.streaming import StreamedCalls
 from tests.fakes import FakeModel, FakeRuntime
 
 
@@ -116,13 +121,23 @@ def test_a_nested_refusal_points_at_the_deepest_field() -> None:
 
 
 class BrokenTemplateRuntime(FakeRuntime):
-    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
+    def chat_prompt(self, messages: Sequence[Any], tools: Sequence[Any] | None = None) -> str:
         raise KeyError("a bug, not the client's fault")
+
+
+class NoToolsRuntime(FakeRuntime):
+    tool_family = None
 
 
 @pytest.fixture
 def app_client() -> Iterator[TestClient]:
-    service = GenerationService([host("m"), host("broken", runtime=BrokenTemplateRuntime())])
+    service = GenerationService(
+        [
+            host("m"),
+            host("broken", runtime=BrokenTemplateRuntime()),
+            host("no-tools", runtime=NoToolsRuntime(FakeModel(eos=False))),
+        ]
+    )
     service.start()
     try:
         with TestClient(create_app(service, metrics=None), raise_server_exceptions=False) as c:
@@ -144,6 +159,59 @@ def test_a_bug_is_a_500_with_an_openai_body_and_no_traceback(app_client: TestCli
     assert "KeyError" not in answer.text and "Traceback" not in answer.text
 
 
+TOOL = {"type": "function", "function": {"name": "done", "parameters": {"type": "object"}}}
+
+
+def test_a_template_that_cannot_take_tools_is_a_400_unless_a_call_is_forced(
+    app_client: TestClient,
+) -> None:
+    body = {"model": "no-tools", "messages": [{"role": "user", "content": "hi"}], "tools": [TOOL]}
+    refused = app_client.post("/v1/chat/completions", json=body)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "tools"
+    assert "cannot take tools" in refused.json()["error"]["message"]
+    # A forced call needs no template's help: the grammar writes it.
+    forced = {**body, "tool_choice": {"type": "function", "function": {"name": "done"}}}
+    answer = app_client.post("/v1/chat/completions", json={**forced, "max_tokens": 8})
+    assert answer.status_code == 200, answer.text
+    (call,) = answer.json()["choices"][0]["message"]["tool_calls"]
+    assert call["function"] == {"name": "done", "arguments": "{}"}
+
+
 def test_without_an_api_key_configured_v1_needs_no_key(app_client: TestClient) -> None:
     answer = app_client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 3})
     assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 3
+
+
+# -- tool calls in replies ------------------------------------------------------------------------
+
+
+def auto_plan() -> ToolPlan:
+    return ToolPlan(ToolChoice.AUTO, (FunctionTool("f", None),), ToolFamily.HERMES)
+
+
+MALFORMED = 'Sure. <tool_call>{"name": "f", "arguments": {"x": 1</tool_call> more'
+
+
+def test_a_malformed_call_in_a_whole_reply_is_returned_as_text_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    text, calls = _read_calls(auto_plan(), MALFORMED, "stop")
+    assert (text, calls) == (MALFORMED, ())
+    assert any("hermes tool call not parsed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_malformed_call_in_a_stream_reaches_the_client_as_text() -> None:
+    streamed = StreamedCalls(auto_plan())
+    shown = "".join(streamed.push(MALFORMED[at : at + 7])[0] for at in range(0, len(MALFORMED), 7))
+    rest, deltas = streamed.finish("stop")
+    assert shown + rest == MALFORMED and deltas == [] and not streamed.called
+
+
+def test_a_well_formed_streamed_call_leaves_as_deltas_after_the_text_before_it() -> None:
+    streamed = StreamedCalls(auto_plan())
+    shown = streamed.push('Sure. <tool_call>{"name": "f", ')[0]
+    shown += streamed.push('"arguments": {"x": 1}}</tool_call>')[0]
+    rest, deltas = streamed.finish("stop")
+    assert shown == "Sure. " and rest == "" and streamed.called
+    assert deltas[0]["function"] == {"name": "f", "arguments": ""}
+    assert "".join(d["function"]["arguments"] for d in deltas) == '{"x":1}'

@@ -82,10 +82,13 @@ class ToolPlan:
             value = json.loads(text)
         except json.JSONDecodeError:
             # Only a reply cut short (max_tokens, a stop string) leaves the grammar unfinished.
-            return ParsedReply(text or None, (), "the forced tool call was cut short")
+            return ParsedReply(
+                text or None, (), "the forced tool call was cut short; the reply is returned as text"
+            )
         if self.choice is ToolChoice.NAMED:
             assert self.named is not None
-            return ParsedReply(None, (ParsedCall(self.named, _compact(value)),))
+            # The model's own text, as a stream sends it fragment by fragment.
+            return ParsedReply(None, (ParsedCall(self.named, text.strip()),))
         calls = tuple(ParsedCall(item["name"], _compact(item["arguments"])) for item in value)
         return ParsedReply(None, calls)
 

@@ -19,6 +19,9 @@ Choices that keep the recogniser deterministic (one state per prefix):
 - `enum` and `const` values are matched in compact JSON (`json.dumps(..., separators=(",", ":"))`).
 - Whitespace between tokens is allowed in runs of at most `MAX_BLANK_RUN` bytes, never before the
   top-level value, so a model cannot stall a lane in blanks.
+- Numbers have at most `MAX_INTEGER_DIGITS` digits before the point and `MAX_EXPONENT_DIGITS` in
+  the exponent, so every number a client parses is finite (`1e999` is valid JSON but reads
+  as infinity in most JSON libraries).
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_BLANK_RUN = 16
+#: Numbers stay finite and exact where clients read them: at most this many digits before the
+#: point (an int64 holds 18), and exponents of at most two digits (|e| <= 99).
+MAX_INTEGER_DIGITS = 18
+MAX_EXPONENT_DIGITS = 2
 _MAX_REF_DEPTH = 16
 _WHITESPACE = frozenset(b" \t\n\r")
 _DIGITS = frozenset(b"0123456789")
@@ -320,7 +327,7 @@ class _Compiler:
 #   ("V", node, top)               a value of `node` must start (top: the whole output's value)
 #   ("L", options, pos)            inside one of several literals, `pos` bytes matched
 #   ("S", escape)                  inside a string: 0 plain, 1 after "\", 11..14 hex digits left + 10
-#   ("N", integer, state)          inside a number
+#   ("N", integer, state, digits)  inside a number; `digits` of its integer part or exponent
 #   ("O", node, index, phase)      inside an object; `index` is the next declared property
 #   ("K", node, candidates, pos)   inside a declared key: (property index, key tail) candidates
 #   ("A", node, count, phase)      inside an array of `count` items so far
@@ -395,7 +402,7 @@ def _step(frame: Frame, byte: int) -> _Step:
     if kind == "L":
         return _literal(frame[1], frame[2], byte)
     if kind == "N":
-        return _number(frame[1], frame[2], byte)
+        return _number(frame[1], frame[2], frame[3], byte)
     if kind == "V":
         return _value(frame[1], byte)
     if kind == "O":
@@ -429,9 +436,9 @@ def _value(node: Node, byte: int) -> _Step:
         return ((("S", 0),), True) if byte == ord('"') else None
     if isinstance(node, Number):
         if byte == ord("-"):
-            return ((("N", node.integer, "sign"),), True)
+            return ((("N", node.integer, "sign", 0),), True)
         if byte in _DIGITS:
-            return ((("N", node.integer, "zero" if byte == ord("0") else "int"),), True)
+            return ((("N", node.integer, "zero" if byte == ord("0") else "int", 1),), True)
         return None
     if isinstance(node, Object):
         return ((("O", node, 0, "open"),), True) if byte == ord("{") else None
@@ -468,7 +475,7 @@ def _string(escape: int, byte: int) -> _Step:
     return ((("S", 0 if escape == 11 else escape - 1),), True)
 
 
-def _number(integer: bool, state: str, byte: int) -> _Step:
+def _number(integer: bool, state: str, digits: int, byte: int) -> _Step:
     allowed, may_end = _NUMBER_NEXT[state]
     if integer and byte in b".eE":
         allowed = frozenset()
@@ -480,13 +487,18 @@ def _number(integer: bool, state: str, byte: int) -> _Step:
                 following = {"dot": "frac", "exp": "exp_int", "exp_sign": "exp_int"}.get(
                     state, state
                 )
+            counted = following in ("int", "exp_int")
+            digits = digits + 1 if counted and following == state else (1 if counted else digits)
+            limit = MAX_EXPONENT_DIGITS if following == "exp_int" else MAX_INTEGER_DIGITS
+            if counted and digits > limit:
+                return None
         elif byte == ord("."):
             following = "dot"
         elif byte in b"eE":
             following = "exp"
         else:
             following = "exp_sign"
-        return ((("N", integer, following),), True)
+        return ((("N", integer, following, digits),), True)
     return ((), False) if may_end else None
 
 
@@ -577,6 +589,8 @@ def call_arguments(parameters: Mapping[str, Any] | None, *, where: str) -> Node:
     if parameters is None:
         return Object(properties=())
     node = compile_schema(parameters, where=where)
+    if isinstance(node, AnyValue):  # `{}`: arguments are an object, any object
+        return Object(properties=None)
     if not isinstance(node, Object):
         raise SchemaUnsupported(f'`{where}` must describe an object (`"type": "object"`)')
     return node

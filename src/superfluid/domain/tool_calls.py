@@ -45,7 +45,7 @@ class ParsedCall:
 class ParsedReply:
     content: str | None  # text outside the calls; None when there is none
     calls: tuple[ParsedCall, ...] = ()
-    problem: str | None = None  # why a call-shaped reply was kept as text
+    problem: str | None = None  # why a call-shaped reply (or part of it) was kept as text
 
 
 def family_of_template(source: str) -> ToolFamily:
@@ -100,18 +100,42 @@ def _content(*parts: str) -> str | None:
     return text or None
 
 
-_HERMES_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_HERMES_OPEN, _HERMES_CLOSE = "<tool_call>", "</tool_call>"
 
 
 def _parse_hermes(text: str) -> ParsedReply | None:
-    if "<tool_call>" not in text:
+    if _HERMES_OPEN not in text:
         return None
-    calls, outside, last = [], [], 0
-    for match in _HERMES_BLOCK.finditer(text):
-        outside.append(text[last : match.start()])
-        calls.append(_call_from_json(_loads(match.group(1).strip())))
-        last = match.end()
-    outside.append(text[last:])
+    decoder = json.JSONDecoder()
+    calls, outside, at = [], [], 0
+    while (opening := text.find(_HERMES_OPEN, at)) >= 0:
+        outside.append(text[at:opening])
+        start = opening + len(_HERMES_OPEN)
+        while start < len(text) and text[start].isspace():
+            start += 1
+        try:
+            value, end = decoder.raw_decode(text, start)
+            made = _call_from_json(value)
+        except (json.JSONDecodeError, _Malformed) as error:
+            if not calls:
+                why = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
+                raise _Malformed(f"a call is not valid JSON ({why})") from None
+            # Calls before it stand; this one (often cut short by max_tokens) stays text.
+            outside.append(text[opening:])
+            problem = (
+                "hermes tool call not parsed: the last call is not valid JSON; it is returned"
+                " as text, the calls before it stand"
+            )
+            return ParsedReply(_content(*outside), tuple(calls), problem)
+        calls.append(made)
+        rest = text[end:].lstrip()
+        if rest.startswith(_HERMES_CLOSE):
+            at = len(text) - len(rest) + len(_HERMES_CLOSE)
+        elif _HERMES_CLOSE.startswith(rest):
+            at = len(text)  # the reply ended inside (or before) the closing tag
+        else:
+            at = len(text) - len(rest)  # no closing tag: what follows is text
+    outside.append(text[at:])
     return ParsedReply(_content(*outside), tuple(calls))
 
 
@@ -224,7 +248,8 @@ def parse_reply(family: ToolFamily, text: str) -> ParsedReply:
     try:
         parsed = _PARSERS[family](text)
     except _Malformed as why:
-        return ParsedReply(text or None, (), f"{family.value} tool call not parsed: {why}")
+        problem = f"{family.value} tool call not parsed: {why}; the reply is returned as text"
+        return ParsedReply(text or None, (), problem)
     if parsed is None:
         return ParsedReply(text or None)
     return parsed

@@ -217,7 +217,7 @@ def _read_calls(plan: ToolPlan, text: str, finish: str) -> tuple[str, tuple[Call
         return text, ()
     parsed = plan.read(text)
     if parsed.problem is not None:
-        log.warning("%s; the reply is returned as text", parsed.problem)
+        log.warning("%s", parsed.problem)
     calls = tuple(CallOut.new(call.name, call.arguments) for call in parsed.calls)
     return (parsed.content or "") if calls else text, calls
 

@@ -180,7 +180,7 @@ class StreamedCalls:
         else:
             return "", []
         if parsed.problem is not None:
-            log.warning("%s; the reply is returned as text", parsed.problem)
+            log.warning("%s", parsed.problem)
         deltas: list[Json] = []
         for index, call in enumerate(parsed.calls):
             deltas += call_deltas(index, CallOut.new(call.name, call.arguments))

@@ -1,0 +1,242 @@
+"""Tool calling on the real demo model, as an agent would use it: the official `openai` client.
+
+The demo GGUF carries no chat template; a copy gets a tool-capable one (Hermes-style
+`<tool_call>` blocks in Gemma's turns) written into `tokenizer.chat_template`, so the server
+reads its call format off the template. The base model is steered to calls by the conversation
+itself: earlier turns in which the assistant called `read_file` (greedy decoding copies the
+pattern, and prompt-lookup drafts the copy). Forced calls (`tool_choice` naming a function, or
+`required`) need no steering: the grammar writes them.
+
+Two servers, one speculating and one not: greedy tool-calling replies must be the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema_rs
+import pytest
+
+from tests.integration.conftest import model_cache
+from tests.integration.gguf_edit import with_metadata
+from tests.integration.serving import Server, started
+
+pytestmark = pytest.mark.slow
+
+FILE = "gemma-tools.gguf"
+TEMPLATE = """\
+{%- if tools -%}
+<start_of_turn>user
+You can call these tools. Each line is one tool's JSON signature:
+<tools>
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor %}</tools>
+To call a tool, write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>.<end_of_turn>
+{% endif -%}
+{%- for message in messages -%}
+{%- if message.role == "assistant" -%}
+<start_of_turn>model
+{% if message.content %}{{ message.content }}{% endif %}\
+{% for call in message.tool_calls or [] %}<tool_call>{"name": "{{ call.function.name }}", \
+"arguments": {{ call.function.arguments | tojson }}}</tool_call>{% endfor %}<end_of_turn>
+{% elif message.role == "tool" -%}
+<start_of_turn>user
+<tool_response>{{ message.content }}</tool_response><end_of_turn>
+{% else -%}
+<start_of_turn>user
+{{ message.content }}<end_of_turn>
+{% endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+<start_of_turn>model
+{% endif -%}
+"""
+
+READ_PARAMETERS = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}},
+    "required": ["path"],
+}
+GREP_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "pattern": {"type": "string"},
+        "max_hits": {"type": "integer"},
+        "mode": {"enum": ["plain", "regex"]},
+    },
+    "required": ["pattern", "max_hits"],
+}
+READ = {
+    "type": "function",
+    "function": {"name": "read_file", "description": "Read a file.", "parameters": READ_PARAMETERS},
+}
+GREP = {
+    "type": "function",
+    "function": {"name": "grep", "description": "Search the code.", "parameters": GREP_PARAMETERS},
+}
+SCHEMAS = {"read_file": READ_PARAMETERS, "grep": GREP_PARAMETERS}
+
+
+def called(number: int, *paths: str) -> list[dict[str, Any]]:
+    """An assistant turn that read `paths`, and the tool turns that answered it."""
+    calls = [
+        {
+            "id": f"call_{number}_{i}",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
+        }
+        for i, path in enumerate(paths)
+    ]
+    answers = [
+        {"role": "tool", "tool_call_id": call["id"], "content": f"(the contents of {path})"}
+        for call, path in zip(calls, paths, strict=True)
+    ]
+    return [{"role": "assistant", "content": None, "tool_calls": calls}, *answers]
+
+
+def shots(*groups: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Earlier turns: the user asks for files, the assistant reads them, then says so."""
+    turns: list[dict[str, Any]] = []
+    for number, paths in enumerate(groups):
+        asked = " and ".join(paths)
+        turns += [
+            {"role": "user", "content": f"Show me {asked}."},
+            *called(number, *paths),
+            {"role": "assistant", "content": f"Here is {asked}."},
+        ]
+    return turns
+
+
+ONE = [
+    *shots(("setup.py",), ("README.md",), ("src/app.py",)),
+    {"role": "user", "content": "Show me docs/index.md."},
+]
+TWO = [
+    *shots(("setup.py", "README.md"), ("src/app.py", "src/db.py"), ("Makefile", "LICENSE")),
+    {"role": "user", "content": "Show me docs/index.md and docs/api.md."},
+]
+
+
+@pytest.fixture(scope="module")
+def model(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("gguf") / FILE
+    return with_metadata(demo_gguf, target, {"tokenizer.chat_template": TEMPLATE})
+
+
+def serve(model: Path, speculate: str) -> Iterator[Server]:
+    env = {**os.environ, "SUPERFLUID_HOME": str(model_cache())}
+    args = [str(model), "--speculate", speculate, "--max-lanes", "2", "--ctx-size", "2048"]
+    with started(args, env) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def auto(model: Path) -> Iterator[Server]:
+    yield from serve(model, "auto")
+
+
+@pytest.fixture(scope="module")
+def plain(model: Path) -> Iterator[Server]:
+    yield from serve(model, "off")
+
+
+def ask(server: Server, messages: list[dict[str, Any]], **options: Any) -> Any:
+    return server.client().chat.completions.create(
+        model=FILE,
+        messages=messages,  # type: ignore[arg-type]
+        temperature=0,
+        **{"tools": [READ, GREP], "max_tokens": 80, **options},
+    )
+
+
+def streamed(server: Server, messages: list[dict[str, Any]], **options: Any) -> Any:
+    with server.client().chat.completions.stream(
+        model=FILE,
+        messages=messages,  # type: ignore[arg-type]
+        temperature=0,
+        stream_options={"include_usage": True},
+        **{"tools": [READ, GREP], "max_tokens": 80, **options},
+    ) as stream:
+        return stream.get_final_completion()
+
+
+def calls_of(reply: Any) -> list[tuple[str, dict[str, Any]]]:
+    made = reply.choices[0].message.tool_calls or []
+    return [(call.function.name, json.loads(call.function.arguments)) for call in made]
+
+
+def test_the_model_calls_a_tool_and_the_client_reads_it(auto: Server) -> None:
+    reply = ask(auto, ONE)
+    assert reply.choices[0].finish_reason == "tool_calls"
+    assert calls_of(reply) == [("read_file", {"path": "docs/index.md"})]
+    (call,) = reply.choices[0].message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    # The call copies its context, so prompt-lookup drafted it.
+    assert reply.model_extra["superfluid"]["spec"]["accepted"] > 0
+
+
+def test_a_streamed_call_is_the_same_call(auto: Server) -> None:
+    final = streamed(auto, ONE)
+    assert final.choices[0].finish_reason == "tool_calls"
+    assert calls_of(final) == calls_of(ask(auto, ONE))
+
+
+def test_the_model_makes_two_calls_in_one_turn(auto: Server) -> None:
+    reply = ask(auto, TWO)
+    made = calls_of(reply)
+    assert len(made) >= 2 and all(name == "read_file" for name, _ in made)
+    assert {args["path"] for _, args in made} <= {"docs/index.md", "docs/api.md"}
+    assert calls_of(streamed(auto, TWO)) == made
+
+
+def test_a_call_then_its_result_then_the_answer(auto: Server) -> None:
+    first = ask(auto, ONE)
+    (call,) = first.choices[0].message.tool_calls
+    messages = [
+        *ONE,
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "# Index\nWelcome."},
+    ]
+    answer = ask(auto, messages, max_tokens=12)
+    assert answer.choices[0].message.content.startswith("Here is ")
+    assert not answer.choices[0].message.tool_calls
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_named_tool_choice_yields_that_call_with_valid_arguments(
+    auto: Server, stream: bool
+) -> None:
+    messages = [{"role": "user", "content": "Find the TODO comments in the code."}]
+    choice = {"type": "function", "function": {"name": "grep"}}
+    reply = (streamed if stream else ask)(auto, messages, tool_choice=choice)
+    assert reply.choices[0].finish_reason == "tool_calls"
+    ((name, arguments),) = calls_of(reply)
+    assert name == "grep"
+    assert jsonschema_rs.validator_for(GREP_PARAMETERS).is_valid(arguments), arguments
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_required_tool_choice_yields_a_call_with_valid_arguments(
+    auto: Server, stream: bool
+) -> None:
+    messages = [{"role": "user", "content": "Find the TODO comments in the code."}]
+    reply = (streamed if stream else ask)(
+        auto, messages, tool_choice="required", parallel_tool_calls=False, max_tokens=120
+    )
+    assert reply.choices[0].finish_reason == "tool_calls"
+    ((name, arguments),) = calls_of(reply)
+    assert jsonschema_rs.validator_for(SCHEMAS[name]).is_valid(arguments), arguments
+
+
+@pytest.mark.parametrize("conversation", [ONE, TWO], ids=["one call", "two calls"])
+def test_greedy_tool_calls_are_the_same_with_and_without_speculation(
+    auto: Server, plain: Server, conversation: list[dict[str, Any]]
+) -> None:
+    spec, off = ask(auto, conversation), ask(plain, conversation)
+    assert calls_of(spec) == calls_of(off)
+    assert spec.choices[0].message.content == off.choices[0].message.content
+    assert spec.usage.completion_tokens == off.usage.completion_tokens
