@@ -24,6 +24,8 @@ from superfluid.entrypoints.http.intake import (
     find_host,
     must_decode_plainly,
     sampling_params,
+    template_tools,
+    tool_plan,
 )
 from superfluid.entrypoints.http.schemas import ChatCompletionBody, CompletionBody
 from superfluid.entrypoints.http.streaming import StreamedCalls
@@ -215,3 +217,16 @@ def test_a_well_formed_streamed_call_leaves_as_deltas_after_the_text_before_it()
     assert shown == "Sure. " and rest == "" and streamed.called
     assert deltas[0]["function"] == {"name": "f", "arguments": ""}
     assert "".join(d["function"]["arguments"] for d in deltas) == '{"x":1}'
+
+
+def test_a_parser_flag_does_not_make_a_template_take_tools() -> None:
+    runtime = NoToolsRuntime(FakeModel(eos=False))
+    model = host("no-tools", runtime=runtime)
+    model.tool_parser = ToolFamily.HERMES
+    body = chat_body(tools=[TOOL])
+    with pytest.raises(ApiError) as refused:
+        tool_plan(body, model)
+    assert refused.value.param == "tools"
+    forced = chat_body(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "done"}})
+    plan = tool_plan(forced, model)
+    assert plan is not None and template_tools(forced, plan, model) is None

@@ -103,6 +103,11 @@ class ModelHost:
         markers); None when its template takes no tools."""
         return self.tool_parser or self.runtime.tool_family
 
+    @property
+    def template_takes_tools(self) -> bool:
+        """Whether the chat template shows tools to the model (whatever parser reads them)."""
+        return self.runtime.tool_family is not None
+
     def token_pieces(self) -> TokenPieces:
         """Each token's bytes for grammar lanes, cached for the model's lifetime."""
         if self._pieces is None:

@@ -83,7 +83,9 @@ class ToolPlan:
         except json.JSONDecodeError:
             # Only a reply cut short (max_tokens, a stop string) leaves the grammar unfinished.
             return ParsedReply(
-                text or None, (), "the forced tool call was cut short; the reply is returned as text"
+                text or None,
+                (),
+                "the forced tool call was cut short; the reply is returned as text",
             )
         if self.choice is ToolChoice.NAMED:
             assert self.named is not None

@@ -107,7 +107,9 @@ def _parse_hermes(text: str) -> ParsedReply | None:
     if _HERMES_OPEN not in text:
         return None
     decoder = json.JSONDecoder()
-    calls, outside, at = [], [], 0
+    calls: list[ParsedCall] = []
+    outside: list[str] = []
+    at = 0
     while (opening := text.find(_HERMES_OPEN, at)) >= 0:
         outside.append(text[at:opening])
         start = opening + len(_HERMES_OPEN)

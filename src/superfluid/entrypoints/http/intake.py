@@ -234,7 +234,7 @@ def tool_plan(body: ChatCompletionBody, host: ModelHost) -> ToolPlan | None:
                 "tool_choice.function.name",
             )
     family = host.tool_family
-    if kind is ToolChoice.AUTO and family is None:
+    if kind is ToolChoice.AUTO and not host.template_takes_tools:
         raise bad_request(
             f"the chat template of {host.name} cannot take tools, so the model cannot call"
             " them; serve it with --chat-template-file naming a template that can, or force"
@@ -255,7 +255,7 @@ def template_tools(
 ) -> list[dict[str, Any]] | None:
     """The tools the prompt shows: none for `tool_choice: none`, and none for a forced call on
     a template that cannot take them (the grammar writes the call either way)."""
-    if plan is None or not plan.shows_tools or host.tool_family is None:
+    if plan is None or not plan.shows_tools or not host.template_takes_tools:
         return None
     return [tool.model_dump(exclude_none=True) for tool in body.tools or []]
 
