@@ -81,6 +81,19 @@ def _tool_lines(tools: Tools) -> str:
     return "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
 
 
+class TemplatedChat:
+    """What every runtime's chat port does with its `chat_template` (a mixin)."""
+
+    chat_template: ChatTemplate
+
+    def chat_prompt(self, messages: Messages, tools: Tools | None = None) -> str:
+        return self.chat_template(messages, tools)
+
+    @property
+    def tool_family(self) -> ToolFamily | None:
+        return self.chat_template.tool_family
+
+
 # -- built-ins ------------------------------------------------------------------------------------
 
 

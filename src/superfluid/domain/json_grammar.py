@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import enum
 
-_WHITESPACE = frozenset(b" \t\n\r")
-_DIGITS = frozenset(b"0123456789")
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-_ESCAPES = frozenset(b'"\\/bfnrt')
+WHITESPACE = frozenset(b" \t\n\r")
+DIGITS = frozenset(b"0123456789")
+HEX = frozenset(b"0123456789abcdefABCDEF")
+ESCAPES = frozenset(b'"\\/bfnrt')
 MAX_BLANK_RUN = 16
 _LITERALS = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
 
@@ -39,15 +39,15 @@ class _Mode(enum.Enum):
 
 
 # Number sub-states: which bytes may come next, and whether the number may end here.
-_NUMBER_NEXT = {
-    "sign": (_DIGITS, False),
+NUMBER_NEXT = {
+    "sign": (DIGITS, False),
     "zero": (frozenset(b".eE"), True),
-    "int": (_DIGITS | frozenset(b".eE"), True),
-    "dot": (_DIGITS, False),
-    "frac": (_DIGITS | frozenset(b"eE"), True),
-    "exp": (_DIGITS | frozenset(b"+-"), False),
-    "exp_sign": (_DIGITS, False),
-    "exp_int": (_DIGITS, True),
+    "int": (DIGITS | frozenset(b".eE"), True),
+    "dot": (DIGITS, False),
+    "frac": (DIGITS | frozenset(b"eE"), True),
+    "exp": (DIGITS | frozenset(b"+-"), False),
+    "exp_sign": (DIGITS, False),
+    "exp_int": (DIGITS, True),
 }
 
 
@@ -104,12 +104,12 @@ class JsonObjectPrefix:
                 self._mode, self._unicode_left = _Mode.UNICODE, 4
                 return True
             self._mode = _Mode.STRING
-            return byte in _ESCAPES
+            return byte in ESCAPES
         if mode is _Mode.UNICODE:
             self._unicode_left -= 1
             if self._unicode_left == 0:
                 self._mode = _Mode.STRING
-            return byte in _HEX
+            return byte in HEX
         if mode is _Mode.LITERAL:
             if byte != self._literal[0]:
                 return False
@@ -118,7 +118,7 @@ class JsonObjectPrefix:
                 self._mode = self._after_value()
             return True
         if mode is _Mode.NUMBER:
-            allowed, may_end = _NUMBER_NEXT[self._number]
+            allowed, may_end = NUMBER_NEXT[self._number]
             if byte in allowed:
                 self._number = _next_number_state(self._number, byte)
                 return True
@@ -126,7 +126,7 @@ class JsonObjectPrefix:
                 return False
             self._mode = self._after_value()
             return self._step(byte)  # the byte that ended the number belongs to what follows
-        if byte in _WHITESPACE:
+        if byte in WHITESPACE:
             # Allowed between any two tokens of JSON and after the object, not before it.
             self._blank_run += 1
             return mode is not _Mode.TOP and self._blank_run <= MAX_BLANK_RUN
@@ -169,7 +169,7 @@ class JsonObjectPrefix:
         if byte in _LITERALS:
             self._mode, self._literal = _Mode.LITERAL, _LITERALS[byte]
             return True
-        if byte == ord("-") or byte in _DIGITS:
+        if byte == ord("-") or byte in DIGITS:
             self._mode = _Mode.NUMBER
             self._number = "sign" if byte == ord("-") else ("zero" if byte == ord("0") else "int")
             return True
@@ -192,7 +192,7 @@ class JsonObjectPrefix:
 
 
 def _next_number_state(state: str, byte: int) -> str:
-    if byte in _DIGITS:
+    if byte in DIGITS:
         if state == "sign":
             return "zero" if byte == ord("0") else "int"
         return {"dot": "frac", "exp": "exp_int", "exp_sign": "exp_int"}.get(state, state)

@@ -31,17 +31,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from superfluid.domain.json_grammar import DIGITS, ESCAPES, HEX, NUMBER_NEXT, WHITESPACE
+
 MAX_BLANK_RUN = 16
 #: Numbers stay finite and exact where clients read them: at most this many digits before the
 #: point (an int64 holds 18), and exponents of at most two digits (|e| <= 99).
 MAX_INTEGER_DIGITS = 18
 MAX_EXPONENT_DIGITS = 2
 _MAX_REF_DEPTH = 16
-_WHITESPACE = frozenset(b" \t\n\r")
-_DIGITS = frozenset(b"0123456789")
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-_ESCAPES = frozenset(b'"\\/bfnrt')
-_NUMBER_START = _DIGITS | {ord("-")}
+_NUMBER_START = DIGITS | {ord("-")}
 
 #: Keywords that would constrain a value in ways the recogniser does not enforce.
 UNSUPPORTED_KEYWORDS = (
@@ -334,16 +332,6 @@ class _Compiler:
 #   ("T", branches, pos)           inside a tagged value's prefix
 Frame = tuple[Any, ...]
 
-_NUMBER_NEXT = {
-    "sign": (_DIGITS, False),
-    "zero": (frozenset(b".eE"), True),
-    "int": (_DIGITS | frozenset(b".eE"), True),
-    "dot": (_DIGITS, False),
-    "frac": (_DIGITS | frozenset(b"eE"), True),
-    "exp": (_DIGITS | frozenset(b"+-"), False),
-    "exp_sign": (_DIGITS, False),
-    "exp_int": (_DIGITS, True),
-}
 _ANY_OBJECT = Object(properties=None)
 _ANY_ARRAY = Array(AnyValue())
 _ANY_LITERALS = Literals((b"true", b"false", b"null"))
@@ -373,7 +361,7 @@ class SchemaPrefix:
         for byte in data:
             while True:
                 top = stack[-1] if stack else None
-                if byte in _WHITESPACE and (top is None or top[0] in "VOA"):
+                if byte in WHITESPACE and (top is None or top[0] in "VOA"):
                     if top is not None and top[0] == "V" and top[2]:
                         return None  # nothing before the top-level value
                     blank += 1
@@ -437,7 +425,7 @@ def _value(node: Node, byte: int) -> _Step:
     if isinstance(node, Number):
         if byte == ord("-"):
             return ((("N", node.integer, "sign", 0),), True)
-        if byte in _DIGITS:
+        if byte in DIGITS:
             return ((("N", node.integer, "zero" if byte == ord("0") else "int", 1),), True)
         return None
     if isinstance(node, Object):
@@ -469,18 +457,18 @@ def _string(escape: int, byte: int) -> _Step:
     if escape == 1:
         if byte == ord("u"):
             return ((("S", 14),), True)
-        return ((("S", 0),), True) if byte in _ESCAPES else None
-    if byte not in _HEX:
+        return ((("S", 0),), True) if byte in ESCAPES else None
+    if byte not in HEX:
         return None
     return ((("S", 0 if escape == 11 else escape - 1),), True)
 
 
 def _number(integer: bool, state: str, digits: int, byte: int) -> _Step:
-    allowed, may_end = _NUMBER_NEXT[state]
+    allowed, may_end = NUMBER_NEXT[state]
     if integer and byte in b".eE":
         allowed = frozenset()
     if byte in allowed:
-        if byte in _DIGITS:
+        if byte in DIGITS:
             if state == "sign":
                 following = "zero" if byte == ord("0") else "int"
             else:

@@ -37,15 +37,13 @@ from superfluid.adapters.chat_templates import (
     CHATML,
     PLAIN,
     ChatTemplate,
-    Messages,
-    Tools,
+    TemplatedChat,
     template_file,
 )
 from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.ports import Capabilities, Drafter, Feed, Logits, RuntimeFault
 from superfluid.application.registration import EngineRefusal
 from superfluid.domain.bundle_header import BundleHeader
-from superfluid.domain.tool_calls import ToolFamily
 
 MAX_VERIFY_ROWS = 16
 #: What the reference backend registers on a dense bundle; `mtp-head` only when it carries one.
@@ -56,7 +54,7 @@ HEAD_STRATEGIES = tuple(HEAD_DRAFTERS)
 log = logging.getLogger("superfluid")
 
 
-class BaseRTRuntime:
+class BaseRTRuntime(TemplatedChat):
     """A loaded `.base` bundle behind the `Runtime` port (see application/ports.py)."""
 
     def __init__(
@@ -148,13 +146,6 @@ class BaseRTRuntime:
         if bad is not None:
             raise RuntimeFault(f"token {bad} is outside the vocabulary (0..{vocab - 1})")
         return self.tokenizer.detokenize(tokens)
-
-    def chat_prompt(self, messages: Messages, tools: Tools | None = None) -> str:
-        return self.chat_template(messages, tools)
-
-    @property
-    def tool_family(self) -> ToolFamily | None:
-        return self.chat_template.tool_family
 
     def use_chat_template_file(self, path: str) -> None:
         self.chat_template = template_file(path, bos_token="", eos_token="", strip_bos=False)

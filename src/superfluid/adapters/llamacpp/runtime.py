@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from superfluid.adapters.chat_templates import Messages, Tools
+from superfluid.adapters.chat_templates import TemplatedChat
 from superfluid.adapters.closing import ClosedOnExit
 from superfluid.adapters.llamacpp.batch import PackedBatch
 from superfluid.adapters.llamacpp.chat_template import (
@@ -50,7 +50,6 @@ from superfluid.adapters.llamacpp.vocab import Vocabulary
 from superfluid.adapters.sequences import SequenceTable
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
 from superfluid.domain.errors import SuperfluidError
-from superfluid.domain.tool_calls import ToolFamily
 
 #: A verify step carries up to 65 rows per lane: a 64-token draft and the pending token (the
 #: deepest draft the contract allows, §7). A step of more rows than `N_BATCH` is split into
@@ -102,7 +101,7 @@ def _default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class LlamaCppRuntime(ClosedOnExit):
+class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
     """A loaded GGUF model behind the `Runtime` port (see application/ports.py)."""
 
     def __init__(
@@ -265,13 +264,6 @@ class LlamaCppRuntime(ClosedOnExit):
     def detokenize(self, tokens: Sequence[int]) -> bytes:
         self._open()
         return self.vocab.detokenize(tokens)
-
-    def chat_prompt(self, messages: Messages, tools: Tools | None = None) -> str:
-        return self.chat_template(messages, tools)
-
-    @property
-    def tool_family(self) -> ToolFamily | None:
-        return self.chat_template.tool_family
 
     def use_chat_template_file(self, path: str) -> None:
         self.chat_template = template_file(
