@@ -64,7 +64,7 @@ def off(demo_gguf: Path) -> Iterator[Server]:
 def run_python(snippet: str, server: Server) -> str:
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(snippet.replace(PORT, str(server.port)), {})  # noqa: S102 - the README's own code
+        exec(snippet.replace(PORT, str(server.port)), {})
     return printed.getvalue()
 
 

@@ -15,10 +15,18 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
+from rich.markup import escape
 
 from superfluid.application.serving import DEFAULT_MAX_QUEUE, ServePlan
 from superfluid.domain.errors import SuperfluidError
 from superfluid.domain.spec_settings import (
+    ENV_ADAPTIVE,
+    ENV_MIN_SPEEDUP,
+    ENV_MIN_YIELD,
+    ENV_REPROBE,
+    ENV_REPROBE_MAX,
+    ENV_THROUGHPUT_GATE,
+    ENV_YIELD_ROUNDS,
     FLAG_ADAPTIVE,
     FLAG_DRAFT_TOKENS,
     FLAG_MAX_TEMPERATURE,
@@ -32,7 +40,7 @@ from superfluid.domain.spec_settings import (
     from_sources,
     parse_number,
 )
-from superfluid.domain.strategies import directive_help
+from superfluid.domain.strategies import Strategy, directive_help
 from superfluid.domain.tool_calls import ToolFamily
 
 log = logging.getLogger("superfluid")
@@ -143,6 +151,20 @@ def drafters(
     typer.echo(report_json(report) if as_json else report_text(report))
 
 
+#: The settings' defaults, shown in --help (they live in one place: SpecSettings).
+_DEFAULTS = SpecSettings()
+
+
+def _spec(text: str, default: object, env: str) -> str:
+    """A speculation flag's help: the text, its default and the variable it falls back to."""
+    return f"{text} {_shown(f'[default: {default}]')} {_shown(f'[env var: {env}]')}"
+
+
+def _shown(bracketed: str) -> str:
+    """Bracketed text as --help prints it (rich would take it for markup)."""
+    return escape(bracketed)
+
+
 @app.command()
 def serve(
     model: Annotated[
@@ -189,7 +211,7 @@ def serve(
     speculate: Annotated[
         str | None,
         typer.Option(
-            help=directive_help(),
+            help=directive_help() + " " + _shown("[default: off]"),
             envvar="SUPERFLUID_SPECULATE",
             rich_help_panel=SPEC,
         ),
@@ -204,10 +226,18 @@ def serve(
     ] = None,
     offline: Annotated[bool, typer.Option(help="Never fetch the hub catalog.")] = False,
     temperature: Annotated[
-        str | None, typer.Option(help="Default temperature for requests that set none.")
+        str | None,
+        typer.Option(
+            help="Default temperature for requests that set none. "
+            + _shown("[default: the model file's own, else 0.8]")
+        ),
     ] = None,
     seed: Annotated[
-        str | None, typer.Option(help="Default seed for requests that set none.")
+        str | None,
+        typer.Option(
+            help="Default seed for requests that set none. "
+            + _shown("[default: a fresh one per request]")
+        ),
     ] = None,
     max_lanes: Annotated[
         int, typer.Option(help="Requests decoded at once, per model.", min=1, max=64)
@@ -224,7 +254,13 @@ def serve(
         int, typer.Option(help="Context window per lane, in tokens.", min=16)
     ] = 4096,
     no_monitor: Annotated[
-        bool, typer.Option("--no-monitor", help="No live terminal view.")
+        bool,
+        typer.Option(
+            "--no-monitor",
+            help="No live terminal view; a status line in the log every few seconds instead. "
+            + _shown("[default: the live view when stderr is a terminal]"),
+            show_default=False,
+        ),
     ] = False,
     prefix_reuse: Annotated[
         bool,
@@ -236,49 +272,91 @@ def serve(
     ] = True,
     spec_draft_tokens: Annotated[
         str | None,
-        typer.Option(help="Draft depth, 1..=64 (default: per strategy).", rich_help_panel=SPEC),
+        typer.Option(
+            help="Draft depth, 1..=64. "
+            + _shown("[default: per strategy (docs/contract.md §4)]")
+            + " "
+            + _shown(
+                "[env var: "
+                + ", ".join(dict.fromkeys(s.depth_env for s in Strategy if s.depth_env))
+                + ", per strategy]"
+            ),
+            rich_help_panel=SPEC,
+        ),
     ] = None,
     spec_adaptive: Annotated[
         bool | None,
         typer.Option(
             "--spec-adaptive/--no-spec-adaptive",
-            help="Pick the fastest depth per lane count.",
+            help=_spec("Pick the fastest depth per lane count.", "spec-adaptive", ENV_ADAPTIVE),
             rich_help_panel=SPEC,
         ),
     ] = None,
     spec_min_yield: Annotated[
         str | None,
         typer.Option(
-            help="Accepted tokens per round below which a request stops drafting.",
+            help=_spec(
+                "Accepted tokens per round below which a request stops drafting.",
+                _DEFAULTS.min_yield,
+                ENV_MIN_YIELD,
+            ),
             rich_help_panel=SPEC,
         ),
     ] = None,
     spec_yield_rounds: Annotated[
         str | None,
-        typer.Option(help="Rounds before the yield floor judges a request.", rich_help_panel=SPEC),
+        typer.Option(
+            help=_spec(
+                "Rounds before the yield floor judges a request.",
+                _DEFAULTS.yield_rounds,
+                ENV_YIELD_ROUNDS,
+            ),
+            rich_help_panel=SPEC,
+        ),
     ] = None,
     spec_throughput_gate: Annotated[
         bool | None,
         typer.Option(
             "--spec-throughput-gate/--no-spec-throughput-gate",
-            help="Decode plainly where speculation is not faster.",
+            help=_spec(
+                "Decode plainly where speculation is not faster.",
+                "spec-throughput-gate",
+                ENV_THROUGHPUT_GATE,
+            ),
             rich_help_panel=SPEC,
         ),
     ] = None,
     spec_min_speedup: Annotated[
         str | None,
-        typer.Option(help="Speed-up speculation must show (default 1.08).", rich_help_panel=SPEC),
+        typer.Option(
+            help=_spec("Speed-up speculation must show.", _DEFAULTS.min_speedup, ENV_MIN_SPEEDUP),
+            rich_help_panel=SPEC,
+        ),
     ] = None,
     spec_gate_reprobe: Annotated[
         str | None,
-        typer.Option(help="Requests before re-measuring a loss (0: final).", rich_help_panel=SPEC),
+        typer.Option(
+            help=_spec(
+                "Requests before re-measuring a loss (0: final).", _DEFAULTS.reprobe, ENV_REPROBE
+            ),
+            rich_help_panel=SPEC,
+        ),
     ] = None,
     spec_gate_reprobe_max: Annotated[
-        str | None, typer.Option(help="Cap of the doubling re-probe wait.", rich_help_panel=SPEC)
+        str | None,
+        typer.Option(
+            help=_spec(
+                "Cap of the doubling re-probe wait.", _DEFAULTS.reprobe_max, ENV_REPROBE_MAX
+            ),
+            rich_help_panel=SPEC,
+        ),
     ] = None,
     spec_max_temperature: Annotated[
         str | None,
-        typer.Option(help="Cap a default temperature while speculating.", rich_help_panel=SPEC),
+        typer.Option(
+            help="Cap a default temperature while speculating. " + _shown("[default: no cap]"),
+            rich_help_panel=SPEC,
+        ),
     ] = None,
 ) -> None:
     """Serve models over an OpenAI-compatible HTTP API, speculating where it pays."""
