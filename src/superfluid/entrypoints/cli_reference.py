@@ -42,7 +42,7 @@ def commands() -> Iterator[list[str]]:
 
 
 def help_text(path: list[str]) -> str:
-    env = {"COLUMNS": str(WIDTH), "TERMINAL_WIDTH": str(WIDTH), "NO_COLOR": "1", "TERM": "dumb"}
+    env = {"COLUMNS": str(WIDTH), "NO_COLOR": "1", "TERM": "dumb"}
     result = CliRunner().invoke(app, [*path, "--help"], env=env, prog_name="superfluid")
     if result.exit_code != 0:
         raise RuntimeError(f"superfluid {' '.join(path)} --help failed: {result.output}")
