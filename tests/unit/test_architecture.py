@@ -41,6 +41,22 @@ def test_import_linter_contracts_hold():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_adapters_are_kept_from_every_application_module_but_ports_and_events():
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [
+        c for c in contracts["contracts"] if c["name"].startswith("Adapters reach the application")
+    ]
+    application = ROOT / "src" / "superfluid" / "application"
+    modules = {
+        f"superfluid.application.{p.stem}"
+        for p in application.glob("*.py")
+        if p.stem not in ("__init__", "ports", "events")
+    }
+    assert set(contract["forbidden_modules"]) == modules
+
+
 @pytest.mark.parametrize("path", _domain_modules(), ids=lambda p: str(p.relative_to(DOMAIN)))
 def test_the_domain_imports_only_the_stdlib_numpy_and_itself(path):
     tree = ast.parse(path.read_text(), filename=str(path))

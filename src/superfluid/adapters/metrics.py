@@ -50,8 +50,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from superfluid.adapters.rates import RateWindow
-from superfluid.application.executor import TickReport
-from superfluid.application.requests import Committed, Finish
+from superfluid.application.events import Committed, Finish, TickReport
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.gates.throughput import Phase
 

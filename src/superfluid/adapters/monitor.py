@@ -34,8 +34,7 @@ from rich.live import Live
 from rich.table import Table
 
 from superfluid.adapters.rates import RateWindow
-from superfluid.application.executor import TickReport
-from superfluid.application.requests import Committed
+from superfluid.application.events import Committed, TickReport
 
 #: Seconds between summary lines when not on a terminal.
 DEFAULT_INTERVAL = 10.0

@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from superfluid.application.executor import TickReport
-from superfluid.application.requests import Committed
-from superfluid.application.service import Observer
+from superfluid.application.events import Committed, Observer, TickReport
 
 log = logging.getLogger("superfluid")
 

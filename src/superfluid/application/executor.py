@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from superfluid.application.events import Committed, Finish, SpecStats, TickReport
 from superfluid.application.ports import (
     Drafter,
     DraftState,
@@ -39,12 +40,14 @@ from superfluid.application.ports import (
     SampledDraftState,
     SpeculationPolicy,
 )
-from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
+from superfluid.application.requests import GenerationRequest
 from superfluid.domain.constrained import sample_allowed
 from superfluid.domain.gates.depth import match_class
 from superfluid.domain.gates.policy import PLAIN, TickPlan
 from superfluid.domain.logprobs import TokenLogprob, token_logprob
 from superfluid.domain.verification import RoundResult, verify_by_matching, verify_by_rejection
+
+__all__ = ["Executor", "TickReport"]
 
 #: Prompt tokens fed per lane per tick: long prompts are chunked so decoding lanes keep moving.
 PREFILL_CHUNK = 512
@@ -56,23 +59,6 @@ MIN_REUSED_TOKENS = 16
 
 #: Depth used when no policy is given (prompt-lookup's default, docs/contract.md §4).
 DEFAULT_DEPTH = 4
-
-
-@dataclass(frozen=True, slots=True)
-class TickReport:
-    """What one tick did, for metrics and the monitor."""
-
-    lanes: int
-    decoding: int
-    prefill_tokens: int
-    committed: int
-    drafted: int
-    accepted: int
-    seconds: float
-    #: accepted_at[i]: lanes whose draft token at position i (0-based) was accepted this tick.
-    accepted_at: tuple[int, ...] = ()
-    #: Prompt tokens that lanes admitted this tick found in a parked sequence's KV.
-    reused_tokens: int = 0
 
 
 @dataclass(eq=False)

@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from superfluid.domain.bundle_header import BundleHeader
 from superfluid.domain.catalog import CatalogRow
+from superfluid.domain.errors import SuperfluidError
 from superfluid.domain.gates.policy import TickPlan
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.sampling_defaults import SamplingDefaults
@@ -131,6 +132,10 @@ class Runtime(Protocol):
         else one row (after the last token).
         """
         ...
+
+
+class EngineRefusal(SuperfluidError):
+    """The runtime will not run this drafter (its reason is the message)."""
 
 
 class RuntimeLoader(Protocol):

@@ -12,13 +12,15 @@ from pathlib import Path
 
 from superfluid.application.drafter_resolution import AutoResolution
 from superfluid.application.drafting import PromptLookupDrafter
-from superfluid.application.ports import Capabilities, Drafter, DrafterEngine
+from superfluid.application.ports import Capabilities, Drafter, DrafterEngine, EngineRefusal
 from superfluid.domain import announcements as say
 from superfluid.domain.directive import Directive, Mode
-from superfluid.domain.errors import DirectiveError, SuperfluidError
+from superfluid.domain.errors import DirectiveError
 from superfluid.domain.strategies import Pick
 
 PROMPT_LOOKUP = "prompt-lookup"
+
+__all__ = ["EngineRefusal", "Registration", "register_auto", "register_explicit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +61,6 @@ def register_prompt_lookup_runtime(
             PROMPT_LOOKUP, PromptLookupDrafter(), (say.auto_prompt_lookup(caps.runtime),)
         )
     raise DirectiveError(say.strategy_not_on_runtime(directive.raw, caps.runtime))
-
-
-class EngineRefusal(SuperfluidError):
-    """The runtime will not run this drafter (its reason is the message)."""
 
 
 def _build(engine: DrafterEngine, pick: Pick) -> tuple[str, Drafter, Path | None]:

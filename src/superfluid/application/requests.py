@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import enum
 import itertools
 import threading
 from dataclasses import dataclass, field
 
+from superfluid.application.events import Committed, Finish, SpecStats
 from superfluid.application.ports import TokenConstraint
-from superfluid.domain.logprobs import MAX_TOP_LOGPROBS, TokenLogprob
+from superfluid.domain.logprobs import MAX_TOP_LOGPROBS
 from superfluid.domain.sampling import SamplingParams
 
+__all__ = ["Committed", "Finish", "GenerationRequest", "SpecStats"]
+
 _ids = itertools.count(1)
-
-
-class Finish(enum.Enum):
-    STOP = "stop"  # an end-of-generation or stop token, or a stop string (service level)
-    LENGTH = "length"  # max_tokens or the context window
-    CANCELLED = "cancelled"  # the client went away
-    ERROR = "error"  # the runtime failed this lane's step
 
 
 @dataclass(eq=False)
@@ -52,31 +47,3 @@ class GenerationRequest:
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
-
-
-@dataclass(frozen=True, slots=True)
-class SpecStats:
-    proposed: int = 0
-    accepted: int = 0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Committed:
-    """Tokens committed for one request in one tick: an accepted draft is one event.
-
-    `tokens` never includes the stop token that ended the lane. `finish` is set on the
-    lane's last event; `error` explains a Finish.ERROR. For a lane that asked for logprobs,
-    `logprobs[i]` belongs to `tokens[i]` (the stop token gets none, as it is not emitted);
-    for other lanes it is empty.
-    """
-
-    request_id: int
-    tokens: tuple[int, ...]
-    spec: SpecStats
-    finish: Finish | None = None
-    error: str | None = None
-    logprobs: tuple[TokenLogprob, ...] = ()

@@ -17,14 +17,15 @@ import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from superfluid.application.admission import Admission
-from superfluid.application.executor import Executor, TickReport
+from superfluid.application.events import Committed, Finish, Observer, SpecStats
+from superfluid.application.executor import Executor
 from superfluid.application.grammar import TokenPieces
 from superfluid.application.ports import Capabilities, Runtime
 from superfluid.application.registration import Registration
-from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
+from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
 from superfluid.domain.tool_calls import ToolFamily
@@ -32,14 +33,6 @@ from superfluid.domain.tool_calls import ToolFamily
 log = logging.getLogger("superfluid")
 
 Sink = Callable[[Committed], None]
-
-
-class Observer(Protocol):
-    """Where ticks and finished requests are reported (metrics, the monitor)."""
-
-    def tick(self, model: str, report: TickReport, active_lanes: int) -> None: ...
-
-    def finished(self, model: str, event: Committed, generated: int) -> None: ...
 
 
 @dataclass(eq=False)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from superfluid.domain.gates.depth import MATCH_CLASSES
+
 NGRAM_SIZES = (3, 2)
 
 #: How far back a match is measured: past this a draft is as sure as it gets.
@@ -120,3 +122,36 @@ class PromptLookupIndex:
             if start is not None:
                 return start + n
         return None
+
+
+# -- the drafter --------------------------------------------------------------------------------
+# It meets the application's Drafter port structurally (open → a state with propose, commit and
+# match_length); it lives here because it is pure, so every runtime can use it.
+
+
+class PromptLookupDrafter:
+    """n-gram drafting from the lane's own context (docs/contract.md §4)."""
+
+    strategy = "prompt-lookup"
+    #: Its drafts carry a match length, so the gates size them per match class.
+    match_classes = MATCH_CLASSES
+
+    def open(self, prompt: Sequence[int], *, seq: int) -> _PromptLookupState:
+        del seq  # the lane's own history is all prompt-lookup needs
+        return _PromptLookupState(prompt)
+
+
+class _PromptLookupState:
+    __slots__ = ("_index",)
+
+    def __init__(self, prompt: Sequence[int]) -> None:
+        self._index = PromptLookupIndex(prompt)
+
+    def propose(self, k: int) -> list[int]:
+        return self._index.draft(k)
+
+    def match_length(self) -> int:
+        return self._index.match_length()
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        self._index.extend(tokens)

@@ -40,10 +40,16 @@ from superfluid.adapters.chat_templates import (
     TemplatedChat,
     template_file,
 )
-from superfluid.application.drafting import PromptLookupDrafter
-from superfluid.application.ports import Capabilities, Drafter, Feed, Logits, RuntimeFault
-from superfluid.application.registration import EngineRefusal
+from superfluid.application.ports import (
+    Capabilities,
+    Drafter,
+    EngineRefusal,
+    Feed,
+    Logits,
+    RuntimeFault,
+)
 from superfluid.domain.bundle_header import BundleHeader
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 
 MAX_VERIFY_ROWS = 16
 #: What the reference backend registers on a dense bundle; `mtp-head` only when it carries one.

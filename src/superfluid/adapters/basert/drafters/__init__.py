@@ -15,8 +15,7 @@ from superfluid.adapters.basert.drafters.block import load_block_drafter
 from superfluid.adapters.basert.drafters.draft_model import DraftModelDrafter
 from superfluid.adapters.basert.drafters.heads import load_eagle3, load_mtp_head
 from superfluid.adapters.basert.target import DraftTarget
-from superfluid.application.ports import Drafter
-from superfluid.application.registration import EngineRefusal
+from superfluid.application.ports import Drafter, EngineRefusal
 
 #: Drafters inside the target bundle, by strategy.
 HEAD_DRAFTERS: Mapping[str, Callable[[DraftTarget], Drafter]] = {"mtp-head": load_mtp_head}

@@ -49,8 +49,7 @@ from superfluid.adapters.basert.drafters.common import (
 )
 from superfluid.adapters.basert.layers import F32, linear, rms_norm
 from superfluid.adapters.basert.target import DraftTarget
-from superfluid.application.ports import DraftState
-from superfluid.application.registration import EngineRefusal
+from superfluid.application.ports import DraftState, EngineRefusal
 
 MARKOV_TENSORS = ("markov.embed.weight", "markov.proj.weight")
 

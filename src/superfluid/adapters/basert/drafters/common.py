@@ -25,7 +25,7 @@ from superfluid.adapters.basert.bundle import Bundle, BundleError
 from superfluid.adapters.basert.layers import F32
 from superfluid.adapters.basert.model_config import ConfigReader, ModelConfig
 from superfluid.adapters.basert.target import DraftTarget
-from superfluid.application.registration import EngineRefusal
+from superfluid.application.ports import EngineRefusal
 from superfluid.domain.bundle_header import BundleHeader
 from superfluid.domain.drafters import fit_problem
 from superfluid.domain.rng import STREAM_DRAFT, uniform

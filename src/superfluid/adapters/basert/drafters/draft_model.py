@@ -30,8 +30,7 @@ from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.target import DraftTarget
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
-from superfluid.application.ports import DraftState
-from superfluid.application.registration import EngineRefusal
+from superfluid.application.ports import DraftState, EngineRefusal
 
 _SAME_TOKENIZER = "a draft model must share the target's tokenizer"
 

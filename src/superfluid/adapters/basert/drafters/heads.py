@@ -61,8 +61,7 @@ from superfluid.adapters.basert.layers import (
 )
 from superfluid.adapters.basert.model_config import ModelConfig
 from superfluid.adapters.basert.target import DraftTarget
-from superfluid.application.ports import DraftState
-from superfluid.application.registration import EngineRefusal
+from superfluid.application.ports import DraftState, EngineRefusal
 
 #: (residual stream, attention input or None for `attn_norm(residual)`) for the head's layer.
 LayerInput = tuple[F32, F32 | None]
