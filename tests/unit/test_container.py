@@ -237,3 +237,18 @@ class FakeDrafterEngine(FakeRuntime):
     def drafter(self, strategy, path):
         self.asked.append((strategy, path))
         raise AssertionError("no drafter should reach the engine")
+
+
+def test_every_runtime_package_with_a_record_is_listed_once():
+    import importlib
+    from pathlib import Path
+
+    from superfluid.entrypoints.container import RUNTIMES
+
+    adapters = Path(__file__).parents[2] / "src" / "superfluid" / "adapters"
+    records = [
+        importlib.import_module(f"superfluid.adapters.{p.parent.name}.record").RECORD
+        for p in sorted(adapters.glob("*/record.py"))
+    ]
+    assert sorted(r.name for r in records) == sorted(r.name for r in RUNTIMES)
+    assert len({r.name for r in RUNTIMES}) == len(RUNTIMES)

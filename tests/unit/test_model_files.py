@@ -1,6 +1,12 @@
 import pytest
 
-from superfluid.adapters.model_files import ModelFileError, runtime_for
+from superfluid.adapters.model_files import ModelFileError
+from superfluid.adapters.model_files import runtime_for as record_for
+from superfluid.entrypoints.container import RUNTIMES
+
+
+def runtime_for(path):
+    return record_for(path, RUNTIMES).name
 
 
 def test_the_file_picks_the_runtime(tmp_path):
@@ -28,7 +34,7 @@ def test_a_gguf_is_recognised_by_its_bytes_not_its_name(tmp_path):
     [
         (lambda p: None, "no such model file"),
         (lambda p: p.write_text("hello"), "not a model superfluid can serve"),
-        (lambda p: p.mkdir(), "a directory that is not an MLX model"),
+        (lambda p: p.mkdir(), "a directory that is not a model superfluid can serve"),
     ],
 )
 def test_anything_else_is_one_clear_line(tmp_path, setup, message):

@@ -12,9 +12,10 @@ import time
 import pytest
 
 from superfluid.adapters.llamacpp.sampling_defaults import gguf_sampling_defaults
-from superfluid.adapters.model_defaults import model_sampling_defaults
+from superfluid.adapters.mlx.record import RECORD as MLX
 from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
+from superfluid.application.ports import ModelFile
 from superfluid.application.registration import Registration
 from superfluid.application.service import ModelHost
 from superfluid.domain.sampling_defaults import (
@@ -26,6 +27,12 @@ from superfluid.domain.sampling_defaults import (
 from superfluid.entrypoints.http.intake import ServerDefaults, sampling_params
 from superfluid.entrypoints.http.schemas import ChatCompletionBody
 from tests.fakes import FakeRuntime
+
+
+def model_sampling_defaults(kind, path, runtime):
+    assert kind == "mlx"
+    return MLX.sampling_defaults(ModelFile(path, kind), runtime)
+
 
 QWEN_LIKE = {
     "general.sampling.temp": "0.600000",

@@ -1,10 +1,9 @@
 """Where each kind of model file keeps its own sampling defaults, read at startup.
 
-- GGUF (`llamacpp`): the `general.sampling.*` metadata keys of the loaded model
-  (adapters/llamacpp/sampling_defaults.py);
-- MLX directory (`mlx`): `generation_config.json` beside `config.json`;
-- `.base` bundle (`basert`): a `generation_config` object in the header (or in its `metadata`),
-  with the same keys as `generation_config.json`.
+Each runtime's record says where (adapters/<runtime>/record.py): GGUF metadata keys
+`general.sampling.*` (llamacpp), `generation_config.json` beside an MLX model's `config.json`,
+a `generation_config` object in a `.base` header or in its `metadata` (basert). The readers for
+the two Hugging Face shapes live here, shared.
 
 Reading them never stops a server: a file that says nothing, or says it badly, leaves the
 built-in defaults, with the reason in the returned notes.
@@ -13,38 +12,19 @@ built-in defaults, with the reason in the returned notes.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from superfluid.adapters.bundle_files import read_header
-from superfluid.adapters.llamacpp.sampling_defaults import gguf_sampling_defaults
+from superfluid.adapters.runtime_record import Found, RuntimeRecord
 from superfluid.application.ports import ModelFile, Runtime
-from superfluid.domain.errors import SuperfluidError
-from superfluid.domain.sampling_defaults import SamplingDefaults, from_generation_config
+from superfluid.domain.sampling_defaults import from_generation_config
 
 GENERATION_CONFIG = "generation_config.json"
 
-Found = tuple[SamplingDefaults | None, list[str]]
 
-
-def model_sampling_defaults(kind: str, path: Path, runtime: object) -> Found:
-    """The defaults the model at `path` sets (None: it sets none), and notes on what was not
-    read. `runtime` is the loaded model; a GGUF one offers `metadata(key)`."""
-    if kind == "llamacpp":
-        meta = getattr(runtime, "metadata", None)
-        if not callable(meta):
-            return None, []
-        reader: Callable[[str], str | None] = meta
-        return gguf_sampling_defaults(reader)
-    if kind == "mlx":
-        return _generation_config_file(path / GENERATION_CONFIG)
-    if kind == "basert":
-        return _bundle_generation_config(path)
-    return None, []
-
-
-def _generation_config_file(file: Path) -> Found:
+def generation_config_file(file: Path) -> Found:
+    """A Hugging Face `generation_config.json`, if there is one."""
     if not file.is_file():
         return None, []
     try:
@@ -56,15 +36,8 @@ def _generation_config_file(file: Path) -> Found:
     return from_generation_config(config, file.name)
 
 
-def _bundle_generation_config(path: Path) -> Found:
-    try:
-        raw = read_header(path).raw
-    except SuperfluidError as error:
-        return None, [error.message]
-    return _header_generation_config(raw)
-
-
-def _header_generation_config(raw: Mapping[str, Any]) -> Found:
+def header_generation_config(raw: Mapping[str, Any]) -> Found:
+    """A `.base` header's `generation_config` (or its `metadata.generation_config`)."""
     config: Any = raw.get("generation_config")
     source = "the .base header's generation_config"
     if config is None and isinstance(raw.get("metadata"), Mapping):
@@ -78,9 +51,12 @@ def _header_generation_config(raw: Mapping[str, Any]) -> Found:
 
 
 class ModelFileSamplingDefaults:
-    """The `SamplingDefaultsSource` port: each kind of model file's own sampling defaults."""
+    """The `SamplingDefaultsSource` port: each kind of model file's own sampling defaults, as
+    its runtime's record reads them."""
+
+    def __init__(self, runtimes: Sequence[RuntimeRecord]) -> None:
+        self._by_name = {record.name: record for record in runtimes}
 
     def read(self, file: ModelFile, runtime: Runtime) -> Found:
-        if file.header is not None:  # a `.base` bundle: its header was read once, at startup
-            return _header_generation_config(file.header.raw)
-        return model_sampling_defaults(file.runtime, file.path, runtime)
+        record = self._by_name.get(file.runtime)
+        return record.sampling_defaults(file, runtime) if record is not None else (None, [])

@@ -9,8 +9,9 @@ runtime loader, a catalog source, a fixed clock) instead of monkeypatching:
     container.runtime_loaders.override(providers.Dict(llamacpp=providers.Object(fake_loader)))
     container.catalog.override(providers.Object(fake_catalog))
 
-Runtimes are imported when a model of theirs is loaded, so a machine without llama-cpp-python
-or MLX still serves the others.
+Runtimes are listed once, in `RUNTIMES`, as the records their packages export; each is
+imported when a model of its own is loaded, so a machine without llama-cpp-python or MLX still
+serves the others.
 """
 
 from __future__ import annotations
@@ -23,18 +24,25 @@ from pathlib import Path
 import prometheus_client
 from dependency_injector import containers, providers
 
+from superfluid.adapters.basert.record import RECORD as BASERT
 from superfluid.adapters.catalog_check import CatalogDigests
 from superfluid.adapters.drafter_search import InstalledDrafters
 from superfluid.adapters.hub_catalog import HubCatalog
+from superfluid.adapters.llamacpp.record import RECORD as LLAMACPP
 from superfluid.adapters.metrics import PrometheusMetrics
+from superfluid.adapters.mlx.record import RECORD as MLX
 from superfluid.adapters.model_defaults import ModelFileSamplingDefaults
 from superfluid.adapters.model_files import LocalModelFiles
 from superfluid.adapters.monitor import TerminalMonitor
 from superfluid.adapters.observers import FanOut
-from superfluid.application.ports import Runtime
+from superfluid.adapters.runtime_record import RuntimeRecord
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.application.serving import ServePlan, Serving
 from superfluid.entrypoints.http.app import create_app
+
+#: Every runtime, in the order a model file is offered to them: adding one is its package
+#: (with its record.py) plus a line here.
+RUNTIMES: tuple[RuntimeRecord, ...] = (LLAMACPP, MLX, BASERT)
 
 # `*_created` series double /metrics for no reader we serve; process-wide, so set here.
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -43,31 +51,6 @@ prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 def superfluid_home(env: Mapping[str, str]) -> Path:
     """`$SUPERFLUID_HOME`, else `~/.superfluid`: caches (catalog, digests) and the demo model."""
     return Path(env.get("SUPERFLUID_HOME") or Path.home() / ".superfluid").expanduser()
-
-
-def load_llamacpp(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:
-    from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
-
-    return LlamaCppRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes)
-
-
-def load_basert(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:
-    from superfluid.adapters.basert.runtime import BaseRTRuntime
-
-    return BaseRTRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes)
-
-
-def load_mlx(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:
-    from superfluid.adapters.mlx import MlxUnavailable
-
-    try:
-        from superfluid.adapters.mlx.runtime import MlxRuntime
-    except ImportError as exc:
-        raise MlxUnavailable(
-            f"{path}: serving an MLX model directory needs the mlx extra"
-            f" (pip install 'superfluid[mlx]'): {exc}"
-        ) from exc
-    return MlxRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes)
 
 
 def demo_model(env: Mapping[str, str]) -> Path:
@@ -102,18 +85,15 @@ class Container(containers.DeclarativeContainer):
     home = providers.Callable(superfluid_home, plan.provided.env)
 
     clock = providers.Object(time.perf_counter)
-    runtime_loaders = providers.Dict(
-        llamacpp=providers.Object(load_llamacpp),
-        mlx=providers.Object(load_mlx),
-        basert=providers.Object(load_basert),
-    )
-    model_files = providers.Singleton(LocalModelFiles)
+    runtimes = providers.Object(RUNTIMES)
+    runtime_loaders = providers.Dict({r.name: providers.Object(r.load) for r in RUNTIMES})
+    model_files = providers.Singleton(LocalModelFiles, runtimes)
     drafter_sources = providers.Singleton(InstalledDrafters, plan.provided.env)
     catalog = providers.Singleton(
         HubCatalog, home, plan.provided.env, offline=plan.provided.offline
     )
     digests = providers.Singleton(CatalogDigests, home, progress_to=providers.Object(sys.stderr))
-    sampling_defaults = providers.Singleton(ModelFileSamplingDefaults)
+    sampling_defaults = providers.Singleton(ModelFileSamplingDefaults, runtimes)
 
     serving = providers.Singleton(
         Serving,

@@ -1,0 +1,32 @@
+"""The llamacpp runtime's record: GGUF files (magic `GGUF`), read through llama-cpp-python."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from superfluid.adapters.llamacpp.sampling_defaults import gguf_sampling_defaults
+from superfluid.adapters.runtime_record import Found, RuntimeRecord
+from superfluid.application.ports import ModelFile, Runtime
+
+
+def _recognises(path: Path, magic: bytes | None) -> bool:
+    return magic == b"GGUF"
+
+
+def _load(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:
+    from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
+
+    return LlamaCppRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes)
+
+
+def _sampling_defaults(file: ModelFile, runtime: Runtime) -> Found:
+    """The loaded model's `general.sampling.*` metadata keys."""
+    meta = getattr(runtime, "metadata", None)
+    if not callable(meta):
+        return None, []
+    reader: Callable[[str], str | None] = meta
+    return gguf_sampling_defaults(reader)
+
+
+RECORD = RuntimeRecord("llamacpp", "a .gguf file", _recognises, _load, _sampling_defaults)
