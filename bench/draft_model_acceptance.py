@@ -26,6 +26,7 @@ from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
+from superfluid.domain.strategies import Strategy
 
 TEXTS = [
     "The quick brown fox",
@@ -86,7 +87,7 @@ def main() -> None:
         totals = {"argmax drafts (before)": [0, 0], "drafts from q (after)": [0, 0]}
         for seed in range(args.seeds):
             params = SamplingParams(temperature=args.temperature, top_k=args.top_k, seed=seed)
-            drafter = runtime.drafter("draft-model", bundles["draft"])
+            drafter = runtime.drafter(Strategy.DRAFT_MODEL, bundles["draft"])
             for name, chosen in (
                 ("argmax drafts (before)", ArgmaxOnly(drafter)),
                 ("drafts from q (after)", drafter),

@@ -31,6 +31,7 @@ from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings, default_depth
+from superfluid.domain.strategies import Strategy
 
 CODE = INTERVALS  # the same passage the HTTP bench copies
 
@@ -104,7 +105,7 @@ def make_executor(runtime: LlamaCppRuntime, speculate: bool, lanes: int) -> Exec
         return Executor(runtime, max_lanes=lanes, clock=time.perf_counter)
     policy = SpecPolicy(
         SpecSettings(),
-        default_depth=default_depth("prompt-lookup"),
+        default_depth=default_depth(Strategy.PROMPT_LOOKUP),
         depth_cap=runtime.capabilities.max_verify_rows - 1,
         match_classes=PromptLookupDrafter.match_classes,
     )

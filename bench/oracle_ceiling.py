@@ -45,6 +45,7 @@ from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy, TickPlan
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings, default_depth
+from superfluid.domain.strategies import Strategy
 
 WORKLOADS = {w.name: w for w in (COPY_HEAVY, LONG_PROMPT, OPEN_ENDED)}
 SETTLED = ("speculate", "plain", "final-plain")
@@ -232,7 +233,7 @@ def prompts_for(runtime, workload: Workload, clients: int, run: int) -> list[lis
 def spec_policy(runtime) -> SpecPolicy:
     return SpecPolicy(
         SpecSettings(),
-        default_depth=default_depth("prompt-lookup"),
+        default_depth=default_depth(Strategy.PROMPT_LOOKUP),
         depth_cap=runtime.capabilities.max_verify_rows - 1,
         match_classes=PromptLookupDrafter.match_classes,
     )

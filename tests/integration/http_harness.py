@@ -22,6 +22,7 @@ from superfluid.application.registration import Registration
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.spec_settings import SpecSettings
+from superfluid.domain.strategies import Strategy
 from superfluid.entrypoints.http import create_app
 from tests.fakes import EOS, FakeModel, FakeRuntime
 
@@ -82,7 +83,7 @@ def speculating_host(name: str, runtime: FakeRuntime) -> ModelHost:
     executor = Executor(
         runtime, max_lanes=8, clock=time.perf_counter, drafter=drafter, policy=policy
     )
-    registration = Registration("prompt-lookup", drafter, ())
+    registration = Registration(Strategy.PROMPT_LOOKUP, drafter, ())
     return ModelHost(name, runtime, registration, policy, executor)
 
 

@@ -30,6 +30,7 @@ from superfluid.application.requests import Finish, GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling import SamplingParams, token_distribution
 from superfluid.domain.spec_settings import SpecSettings, default_depth
+from superfluid.domain.strategies import Strategy
 from superfluid.domain.verification import verify_by_rejection
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -198,8 +199,8 @@ def drafter_for(strategy: str, bundles: dict[str, Path], runtime: BaseRTRuntime)
     role = STRATEGIES[strategy][1]
     path = bundles[role] if role else None
     block = read_header(path).block_size if path else None
-    spy = Spy(runtime.drafter(strategy, path), runtime)
-    return spy, default_depth(strategy, block_size=block)
+    spy = Spy(runtime.drafter(Strategy(strategy), path), runtime)
+    return spy, default_depth(Strategy(strategy), block_size=block)
 
 
 # -- greedy: the plain output, token for token -------------------------------------------------
@@ -240,7 +241,10 @@ def test_measured_greedy_acceptance_per_strategy(bundles: dict[str, Path]) -> No
         # better than two speeds measured far apart.
         plain = run(runtime, prompts, None)["speed"]
         if strategy == "poor-dflash":
-            spy, depth = Spy(runtime.drafter("dflash", bundles["poor_dflash"]), runtime), 4
+            spy, depth = (
+                Spy(runtime.drafter(Strategy("dflash"), bundles["poor_dflash"]), runtime),
+                4,
+            )
         else:
             spy, depth = drafter_for(strategy, bundles, runtime)
         spec = run(runtime, prompts, spy, depth=depth)
@@ -327,8 +331,8 @@ def test_the_draft_model_accepts_more_at_temperature_when_it_drafts_from_q(
     drawn from the draft model's q is accepted with probability sum(min(p, q))."""
     runtime = load(bundles)
     prompts = workload(runtime)
-    argmax = Spy(ArgmaxOnly(runtime.drafter("draft-model", bundles["draft"])), runtime)
-    sampled = Spy(runtime.drafter("draft-model", bundles["draft"]), runtime)
+    argmax = Spy(ArgmaxOnly(runtime.drafter(Strategy("draft-model"), bundles["draft"])), runtime)
+    sampled = Spy(runtime.drafter(Strategy("draft-model"), bundles["draft"]), runtime)
     totals = {"before": [0, 0], "after": [0, 0]}
     for seed in range(4):  # several seeds: one seed's acceptance is a noisy figure
         params = dataclasses.replace(WARM, seed=seed)
@@ -430,7 +434,7 @@ def rewrite(
 
 def test_mtp_head_on_a_target_without_one_is_refused(bundles: dict[str, Path]) -> None:
     with pytest.raises(EngineRefusal, match=r"Tiny-Qwen3-64-F32.base carries no MTP head"):
-        load(bundles).drafter("mtp-head", None)
+        load(bundles).drafter(Strategy("mtp-head"), None)
 
 
 @pytest.mark.parametrize(
@@ -456,7 +460,7 @@ def test_an_eagle3_head_that_does_not_fit_is_refused(
 ) -> None:
     path = rewrite(bundles["eagle3"], tmp_path / "misfit.base", config=change)
     with pytest.raises(EngineRefusal, match=message):
-        load(bundles).drafter("eagle3", path)
+        load(bundles).drafter(Strategy("eagle3"), path)
 
 
 def test_dspark_needs_a_markov_head(bundles: dict[str, Path], tmp_path: Path) -> None:
@@ -464,13 +468,13 @@ def test_dspark_needs_a_markov_head(bundles: dict[str, Path], tmp_path: Path) ->
     with pytest.raises(
         EngineRefusal, match=r"is a dflash bundle, not dspark \(dspark needs a Markov head\)"
     ):
-        runtime.drafter("dspark", bundles["dflash"])
+        runtime.drafter(Strategy("dspark"), bundles["dflash"])
     bare = rewrite(bundles["dspark"], tmp_path / "bare.base", drop=["markov.proj.weight"])
     with pytest.raises(
         EngineRefusal,
         match=r"has no Markov head \(markov.proj.weight\); dspark needs a Markov head",
     ):
-        runtime.drafter("dspark", bare)
+        runtime.drafter(Strategy("dspark"), bare)
 
 
 def test_missing_or_misshaped_tensors_are_one_line(
@@ -499,10 +503,12 @@ def test_missing_or_misshaped_tensors_are_one_line(
     ]
     for strategy, path, message in cases[:-1]:
         with pytest.raises(EngineRefusal, match=message) as refusal:
-            runtime.drafter(strategy, path)
+            runtime.drafter(Strategy(strategy), path)
         assert "\n" not in str(refusal.value)
     headless = rewrite(
         bundles["mtp_target"], tmp_path / "headless.base", drop=["mtp.eh_proj.weight"]
     )
     with pytest.raises(EngineRefusal, match=r"no tensor mtp\.eh_proj\.weight"):
-        BaseRTRuntime.load(headless, ctx_size=64, max_sequences=1).drafter("mtp-head", None)
+        BaseRTRuntime.load(headless, ctx_size=64, max_sequences=1).drafter(
+            Strategy("mtp-head"), None
+        )

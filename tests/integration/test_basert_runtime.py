@@ -34,6 +34,7 @@ from superfluid.application.requests import Finish, GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
+from superfluid.domain.strategies import Strategy
 
 GREEDY = SamplingParams(temperature=0.0)
 TEXTS = [
@@ -320,7 +321,7 @@ def test_speculative_greedy_output_is_plain_greedy_output_with_either_drafter(
     prompts = workload(runtime)
     plain, _, _ = run(runtime, prompts, drafter=None, lanes=lanes)
     looked_up, lookup_rate, _ = run(runtime, prompts, drafter=PromptLookupDrafter(), lanes=lanes)
-    drafter = runtime.drafter("draft-model", bundles["draft"])
+    drafter = runtime.drafter(Strategy("draft-model"), bundles["draft"])
     drafted, draft_rate, _ = run(runtime, prompts, drafter=drafter, lanes=lanes)
     assert looked_up == plain
     assert drafted == plain
@@ -389,12 +390,12 @@ def test_a_draft_lane_proposes_what_a_fresh_one_proposes_after_any_commits(
 def test_the_runtime_builds_drafters_and_refuses_what_it_cannot_run(
     runtime: BaseRTRuntime, bundles: dict[str, Path]
 ) -> None:
-    assert isinstance(runtime.drafter("prompt-lookup", None), PromptLookupDrafter)
-    assert runtime.drafter("draft-model", bundles["draft"]).strategy == "draft-model"
+    assert isinstance(runtime.drafter(Strategy("prompt-lookup"), None), PromptLookupDrafter)
+    assert runtime.drafter(Strategy("draft-model"), bundles["draft"]).strategy == "draft-model"
     with pytest.raises(EngineRefusal, match="is a qwen3 bundle, not dflash"):
-        runtime.drafter("dflash", bundles["draft"])
+        runtime.drafter(Strategy("dflash"), bundles["draft"])
     with pytest.raises(EngineRefusal, match="no such file"):
-        runtime.drafter("draft-model", bundles["draft"].with_name("absent.base"))
+        runtime.drafter(Strategy("draft-model"), bundles["draft"].with_name("absent.base"))
 
 
 def test_a_draft_model_with_another_vocabulary_or_tokenizer_or_recurrent_state_is_refused(

@@ -8,6 +8,7 @@ from dependency_injector import providers
 from superfluid.application.serving import ServePlan
 from superfluid.domain.errors import DirectiveError
 from superfluid.domain.spec_settings import SpecSettings
+from superfluid.domain.strategies import Strategy
 from superfluid.domain.tool_calls import ToolFamily
 from superfluid.entrypoints.container import Container
 from tests.fakes import FakeRuntime
@@ -172,16 +173,16 @@ def test_a_block_drafter_drafts_its_block_width_and_an_mtp_head_follows_its_arch
     from superfluid.domain.bundle_header import header_from_json
 
     class BlockOfSix:
-        strategy = "dflash"
+        strategy = Strategy.DFLASH
 
         def default_depth(self):
             return 6
 
     target = header_from_json({"arch": "glm_dsa", "config": {"num_hidden_layers": 2}})
     plan = ServePlan(models=(tmp_path / "t.base",), speculate="auto", settings=SpecSettings())
-    dflash = policy_for(Registration("dflash", BlockOfSix(), ()), plan, 16, target)
+    dflash = policy_for(Registration(Strategy.DFLASH, BlockOfSix(), ()), plan, 16, target)
     assert dflash.default_depth == 6
-    mtp = policy_for(Registration("mtp-head", None, ()), plan, 16, target)
+    mtp = policy_for(Registration(Strategy.MTP_HEAD, None, ()), plan, 16, target)
     assert mtp.default_depth == 1  # GLM-DSA's head drafts one token (§4)
     assert policy_for(Registration(None, None, ()), plan, 16, target) is None
 

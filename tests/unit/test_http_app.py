@@ -15,6 +15,7 @@ from superfluid.application.executor import Executor
 from superfluid.application.registration import Registration
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.application.tool_calling import FunctionTool, ToolChoice, ToolPlan
+from superfluid.domain.strategies import Strategy
 from superfluid.domain.tool_calls import ToolFamily
 from superfluid.entrypoints.http import create_app
 from superfluid.entrypoints.http.app import _read_calls
@@ -36,7 +37,7 @@ def host(name: str, *, speculates: bool = False, runtime: FakeRuntime | None = N
     runtime = runtime or FakeRuntime(FakeModel(eos=False))
     drafter = PromptLookupDrafter() if speculates else None
     executor = Executor(runtime, max_lanes=2, clock=time.perf_counter, drafter=drafter)
-    registration = Registration("prompt-lookup" if drafter else None, drafter, ())
+    registration = Registration(Strategy.PROMPT_LOOKUP if drafter else None, drafter, ())
     return ModelHost(name, runtime, registration, None, executor)
 
 

@@ -144,3 +144,12 @@ def test_an_explicit_directive_the_engine_refuses_is_a_startup_error():
     assert err.value.message == "--speculate dflash:/d.base: tensor layers.0.fc missing"
     ok = register_explicit(directive("dflash:/d.base"), Engine(), model="t")
     assert ok.strategy == "dflash" and ok.log == ("speculation: dflash:/d.base",)
+
+
+def test_the_basert_drafter_registry_is_keyed_by_the_strategies_that_name_it() -> None:
+    from superfluid.adapters.basert.drafters import FILE_DRAFTERS, HEAD_DRAFTERS
+    from superfluid.domain.strategies import FILE_STRATEGIES, Strategy
+
+    assert set(FILE_DRAFTERS) == set(FILE_STRATEGIES)
+    assert set(HEAD_DRAFTERS) == {Strategy.MTP_HEAD}
+    assert all(isinstance(key, Strategy) for key in [*FILE_DRAFTERS, *HEAD_DRAFTERS])

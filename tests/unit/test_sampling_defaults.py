@@ -24,6 +24,7 @@ from superfluid.domain.sampling_defaults import (
     from_generation_config,
     sampling_defaults,
 )
+from superfluid.domain.strategies import Strategy
 from superfluid.entrypoints.http.intake import ServerDefaults, sampling_params
 from superfluid.entrypoints.http.schemas import ChatCompletionBody
 from tests.fakes import FakeRuntime
@@ -104,7 +105,7 @@ def host(sampling: SamplingDefaults, *, speculates: bool = True) -> ModelHost:
     runtime = FakeRuntime()
     drafter = PromptLookupDrafter() if speculates else None
     executor = Executor(runtime, max_lanes=1, clock=time.perf_counter, drafter=drafter)
-    registration = Registration("prompt-lookup" if speculates else None, drafter, ())
+    registration = Registration(Strategy.PROMPT_LOOKUP if speculates else None, drafter, ())
     return ModelHost("m", runtime, registration, None, executor, sampling=sampling)
 
 

@@ -34,29 +34,22 @@ from superfluid.domain.spec_settings import (
     ],
 )
 def test_each_strategy_has_the_contracts_default_depth(strategy, kwargs, depth):
-    assert default_depth(strategy, **kwargs) == depth
+    assert default_depth(Strategy(strategy), **kwargs) == depth
 
 
 def test_a_block_drafter_wider_than_fifteen_drafts_fifteen():
-    assert default_depth("dflash", block_size=16) == 16
-    assert default_depth("dflash", block_size=70) == 64
+    assert default_depth(Strategy.DFLASH, block_size=16) == 16
+    assert default_depth(Strategy.DFLASH, block_size=70) == 64
 
 
 @pytest.mark.parametrize("block_size", [None, 0, -3])
 def test_a_block_drafter_of_unknown_width_gets_the_safe_depth(block_size):
-    assert default_depth("dspark", block_size=block_size) == UNKNOWN_BLOCK_DEPTH == 4
+    assert default_depth(Strategy.DSPARK, block_size=block_size) == UNKNOWN_BLOCK_DEPTH == 4
 
 
-def test_a_resolved_directive_names_its_strategy_by_the_part_before_the_path():
-    assert default_depth("eagle3:/models/head.base") == 2
-    assert default_depth(Strategy.DFLASH, block_size=6) == 6
-
-
-def test_off_and_unknown_strategies_have_no_depth():
+def test_off_has_no_depth():
     with pytest.raises(ValueError):
-        default_depth("off")
-    with pytest.raises(ValueError):
-        default_depth("medusa")
+        default_depth(Strategy.OFF)
 
 
 # -- validation messages, verbatim (§7) ------------------------------------------------------
@@ -298,37 +291,37 @@ def test_an_unknown_flag_key_is_a_programming_error():
 
 def test_spec_draft_tokens_beats_the_strategys_variable_and_default():
     settings = SpecSettings(draft_tokens=7)
-    assert depth_for("mtp-head", settings, {"SUPERFLUID_MTP_DRAFTS": "2"}) == 7
+    assert depth_for(Strategy.MTP_HEAD, settings, {"SUPERFLUID_MTP_DRAFTS": "2"}) == 7
 
 
 def test_the_strategys_variable_beats_its_default_depth():
     env = {"SUPERFLUID_MTP_DRAFTS": "2", "SUPERFLUID_EAGLE_DRAFTS": "5"}
-    assert depth_for("mtp-head", SpecSettings(), env) == 2
-    assert depth_for("eagle3", SpecSettings(), env) == 5
+    assert depth_for(Strategy.MTP_HEAD, SpecSettings(), env) == 2
+    assert depth_for(Strategy.EAGLE3, SpecSettings(), env) == 5
 
 
 def test_the_dflash_variable_covers_dspark_too():
     env = {"SUPERFLUID_DFLASH_DRAFTS": "9"}
-    assert depth_for("dflash", SpecSettings(), env, block_size=16) == 9
-    assert depth_for("dspark:/d.base", SpecSettings(), env, block_size=16) == 9
+    assert depth_for(Strategy.DFLASH, SpecSettings(), env, block_size=16) == 9
+    assert depth_for(Strategy.DSPARK, SpecSettings(), env, block_size=16) == 9
 
 
 def test_without_overrides_the_default_depth_applies():
-    assert depth_for("mtp-head", SpecSettings(), {}, arch="glm_dsa") == 1
-    assert depth_for("dflash", SpecSettings(), {}, block_size=10) == 10
-    assert depth_for("prompt-lookup", SpecSettings(), {"SUPERFLUID_MTP_DRAFTS": "99"}) == 4
+    assert depth_for(Strategy.MTP_HEAD, SpecSettings(), {}, arch="glm_dsa") == 1
+    assert depth_for(Strategy.DFLASH, SpecSettings(), {}, block_size=10) == 10
+    assert depth_for(Strategy.PROMPT_LOOKUP, SpecSettings(), {"SUPERFLUID_MTP_DRAFTS": "99"}) == 4
 
 
 @pytest.mark.parametrize("raw", ["0", "65"])
 def test_a_strategy_depth_variable_out_of_range_is_refused(raw):
     with pytest.raises(SettingsError) as refused:
-        depth_for("eagle3", SpecSettings(), {"SUPERFLUID_EAGLE_DRAFTS": raw})
+        depth_for(Strategy.EAGLE3, SpecSettings(), {"SUPERFLUID_EAGLE_DRAFTS": raw})
     assert refused.value.message == "SUPERFLUID_EAGLE_DRAFTS must be in 1..=64"
 
 
 def test_a_malformed_strategy_depth_variable_names_it():
     with pytest.raises(SettingsError) as refused:
-        depth_for("mtp-head", SpecSettings(), {"SUPERFLUID_MTP_DRAFTS": "lots"})
+        depth_for(Strategy.MTP_HEAD, SpecSettings(), {"SUPERFLUID_MTP_DRAFTS": "lots"})
     assert refused.value.message == 'SUPERFLUID_MTP_DRAFTS expects a number, got "lots"'
 
 

@@ -30,6 +30,7 @@ from superfluid.domain.errors import SuperfluidError
 from superfluid.domain.gates.policy import TickPlan
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.sampling_defaults import SamplingDefaults
+from superfluid.domain.strategies import Strategy
 from superfluid.domain.tool_calls import ToolFamily
 
 Logits = npt.NDArray[np.float32]
@@ -48,7 +49,7 @@ class Capabilities:
     verify_rows: bool
     verify_batches: bool
     cut_refusal: str | None
-    strategies: tuple[str, ...]
+    strategies: tuple[Strategy, ...]
     max_verify_rows: int
     context_size: int
     eos_tokens: frozenset[int]
@@ -184,7 +185,7 @@ class Drafter(Protocol):
 class DrafterEngine(Protocol):
     """A runtime that builds drafters for its own model (the basert runtime)."""
 
-    def drafter(self, strategy: str, path: Path | None) -> Drafter:
+    def drafter(self, strategy: Strategy, path: Path | None) -> Drafter:
         """A drafter for `strategy` (and its file); raises EngineRefusal with the reason."""
         ...
 

@@ -16,9 +16,9 @@ from superfluid.application.ports import Capabilities, Drafter, DrafterEngine, E
 from superfluid.domain import announcements as say
 from superfluid.domain.directive import Directive, Mode
 from superfluid.domain.errors import DirectiveError
-from superfluid.domain.strategies import Pick
+from superfluid.domain.strategies import Pick, Strategy
 
-PROMPT_LOOKUP = "prompt-lookup"
+PROMPT_LOOKUP = Strategy.PROMPT_LOOKUP
 
 __all__ = ["EngineRefusal", "Registration", "register_auto", "register_explicit"]
 
@@ -27,7 +27,7 @@ __all__ = ["EngineRefusal", "Registration", "register_auto", "register_explicit"
 class Registration:
     """The outcome for one model: a strategy and its drafter, or plain decoding; what to log."""
 
-    strategy: str | None
+    strategy: Strategy | None
     drafter: Drafter | None
     log: tuple[str, ...]
     #: The drafter's own file, for strategies that name one (`dflash:<path>`, …).
@@ -63,10 +63,10 @@ def register_prompt_lookup_runtime(
     raise DirectiveError(say.strategy_not_on_runtime(directive.raw, caps.runtime))
 
 
-def _build(engine: DrafterEngine, pick: Pick) -> tuple[str, Drafter, Path | None]:
+def _build(engine: DrafterEngine, pick: Pick) -> tuple[Strategy, Drafter, Path | None]:
     """The engine's drafter for `pick`; EngineRefusal says why not."""
     path = Path(pick.path) if pick.path is not None else None
-    return pick.strategy.value, engine.drafter(pick.strategy.value, path), path
+    return pick.strategy, engine.drafter(pick.strategy, path), path
 
 
 def register_explicit(

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from superfluid.domain.gates.depth import MATCH_CLASSES
+from superfluid.domain.strategies import Strategy
 
 NGRAM_SIZES = (3, 2)
 
@@ -132,7 +133,7 @@ class PromptLookupIndex:
 class PromptLookupDrafter:
     """n-gram drafting from the lane's own context (docs/contract.md §4)."""
 
-    strategy = "prompt-lookup"
+    strategy = Strategy.PROMPT_LOOKUP
     #: Its drafts carry a match length, so the gates size them per match class.
     match_classes = MATCH_CLASSES
 

@@ -82,22 +82,15 @@ _TRUE_WORDS = frozenset({"1", "true", "on", "yes"})
 _FALSE_WORDS = frozenset({"0", "false", "off", "no"})
 
 
-def strategy_of(strategy: str) -> Strategy:
-    """The strategy for an id, also accepting the `<kind>:<path>` form a directive prints."""
-    kind = strategy.strip().split(":", 1)[0]
-    try:
-        return Strategy.named(kind)
-    except ValueError:
-        raise ValueError(f"unknown speculation strategy {strategy!r}") from None
-
-
-def default_depth(strategy: str, *, block_size: int | None = None, arch: str | None = None) -> int:
+def default_depth(
+    strategy: Strategy, *, block_size: int | None = None, arch: str | None = None
+) -> int:
     """The draft depth a strategy uses when nothing overrides it (§4).
 
     `arch` is the target's header `arch` (it matters for `mtp-head` only); `block_size` is the
     block drafter's block width (DFlash/DSpark only), clamped into 1..=64. `off` has no depth.
     """
-    chosen = strategy_of(strategy)
+    chosen = strategy
     if chosen is Strategy.OFF:
         raise ValueError("`off` drafts nothing, so it has no draft depth")
     if chosen.depth is not None:
@@ -265,7 +258,7 @@ def from_sources(flags: Mapping[str, str | None], env: Mapping[str, str]) -> Spe
 
 
 def depth_for(
-    strategy: str,
+    strategy: Strategy,
     settings: SpecSettings,
     env_depths: Mapping[str, str],
     block_size: int | None = None,
@@ -278,7 +271,7 @@ def depth_for(
     """
     if settings.draft_tokens is not None:
         return settings.draft_tokens
-    env_name = DEPTH_ENV_BY_STRATEGY.get(strategy_of(strategy))
+    env_name = DEPTH_ENV_BY_STRATEGY.get(strategy)
     if env_name is not None:
         text = _given(env_depths.get(env_name))
         if text is not None:

@@ -50,12 +50,13 @@ from superfluid.application.ports import (
 )
 from superfluid.domain.bundle_header import BundleHeader
 from superfluid.domain.prompt_lookup import PromptLookupDrafter
+from superfluid.domain.strategies import Strategy
 
 MAX_VERIFY_ROWS = 16
 #: What the reference backend registers on a dense bundle; `mtp-head` only when it carries one.
-STRATEGIES = ("prompt-lookup", *FILE_DRAFTERS)
+STRATEGIES: tuple[Strategy, ...] = (Strategy.PROMPT_LOOKUP, *FILE_DRAFTERS)
 #: What it registers besides on a bundle that carries a head.
-HEAD_STRATEGIES = tuple(HEAD_DRAFTERS)
+HEAD_STRATEGIES: tuple[Strategy, ...] = tuple(HEAD_DRAFTERS)
 
 log = logging.getLogger("superfluid")
 
@@ -256,13 +257,13 @@ class BaseRTRuntime(TemplatedChat):
         asked = set(taps)
         return out.logits, [{t: r for t, r in rows.items() if t in asked} for rows in out.hidden]
 
-    def drafter(self, strategy: str, path: Path | None) -> Drafter:
+    def drafter(self, strategy: Strategy, path: Path | None) -> Drafter:
         """A drafter for this model (the registration's DrafterEngine); EngineRefusal says why not."""
         if self._capabilities.cut_refusal is not None:
             raise EngineRefusal(
                 f"drafts are cut off after rejection, and this model's {self._capabilities.cut_refusal}"
             )
-        if strategy == "prompt-lookup":
+        if strategy is Strategy.PROMPT_LOOKUP:
             return PromptLookupDrafter()
         return load_drafter(strategy, path, self)
 

@@ -50,6 +50,7 @@ from superfluid.adapters.llamacpp.vocab import Vocabulary
 from superfluid.adapters.sequences import SequenceTable
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
 from superfluid.domain.errors import SuperfluidError
+from superfluid.domain.strategies import Strategy
 
 #: A verify step carries up to 65 rows per lane: a 64-token draft and the pending token (the
 #: deepest draft the contract allows, §7). A step of more rows than `N_BATCH` is split into
@@ -220,7 +221,7 @@ class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
             verify_rows=True,
             verify_batches=True,
             cut_refusal=refusal,
-            strategies=("prompt-lookup",) if refusal is None else (),
+            strategies=(Strategy.PROMPT_LOOKUP,) if refusal is None else (),
             max_verify_rows=MAX_VERIFY_ROWS,
             context_size=self._ctx_size,
             eos_tokens=self.vocab.eos_tokens,

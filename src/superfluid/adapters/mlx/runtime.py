@@ -45,6 +45,7 @@ from superfluid.adapters.mlx.kv import CutFailed, cut_exactly, cut_refusal, offs
 from superfluid.adapters.mlx.pieces import Pieces
 from superfluid.adapters.sequences import BROKEN, SequenceTable
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
+from superfluid.domain.strategies import Strategy
 from superfluid.domain.tool_calls import ToolFamily
 
 MAX_VERIFY_ROWS = 16
@@ -109,7 +110,7 @@ class MlxRuntime(ClosedOnExit):
             verify_rows=True,
             verify_batches=False,
             cut_refusal=refusal,
-            strategies=("prompt-lookup",) if refusal is None else (),
+            strategies=(Strategy.PROMPT_LOOKUP,) if refusal is None else (),
             max_verify_rows=MAX_VERIFY_ROWS,
             context_size=self._ctx_size,
             eos_tokens=eos_tokens,

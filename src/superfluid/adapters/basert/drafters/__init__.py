@@ -16,20 +16,23 @@ from superfluid.adapters.basert.drafters.draft_model import DraftModelDrafter
 from superfluid.adapters.basert.drafters.heads import load_eagle3, load_mtp_head
 from superfluid.adapters.basert.target import DraftTarget
 from superfluid.application.ports import Drafter, EngineRefusal
+from superfluid.domain.strategies import Strategy
 
 #: Drafters inside the target bundle, by strategy.
-HEAD_DRAFTERS: Mapping[str, Callable[[DraftTarget], Drafter]] = {"mtp-head": load_mtp_head}
+HEAD_DRAFTERS: Mapping[Strategy, Callable[[DraftTarget], Drafter]] = {
+    Strategy.MTP_HEAD: load_mtp_head
+}
 
 #: Drafters named by their own bundle, by strategy, in the order the runtime lists them.
-FILE_DRAFTERS: Mapping[str, Callable[[Path, DraftTarget], Drafter]] = {
-    "draft-model": lambda path, target: DraftModelDrafter.load(path, target=target),
-    "eagle3": lambda path, target: load_eagle3(path, target=target),
-    "dflash": lambda path, target: load_block_drafter("dflash", path, target=target),
-    "dspark": lambda path, target: load_block_drafter("dspark", path, target=target),
+FILE_DRAFTERS: Mapping[Strategy, Callable[[Path, DraftTarget], Drafter]] = {
+    Strategy.DRAFT_MODEL: lambda path, target: DraftModelDrafter.load(path, target=target),
+    Strategy.EAGLE3: lambda path, target: load_eagle3(path, target=target),
+    Strategy.DFLASH: lambda path, target: load_block_drafter(Strategy.DFLASH, path, target=target),
+    Strategy.DSPARK: lambda path, target: load_block_drafter(Strategy.DSPARK, path, target=target),
 }
 
 
-def load_drafter(strategy: str, path: Path | None, target: DraftTarget) -> Drafter:
+def load_drafter(strategy: Strategy, path: Path | None, target: DraftTarget) -> Drafter:
     """The drafter for `strategy` (and its bundle) on `target`; EngineRefusal says why not."""
     head = HEAD_DRAFTERS.get(strategy)
     if head is not None:

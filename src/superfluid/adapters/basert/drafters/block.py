@@ -50,6 +50,7 @@ from superfluid.adapters.basert.drafters.common import (
 from superfluid.adapters.basert.layers import F32, linear, rms_norm
 from superfluid.adapters.basert.target import DraftTarget
 from superfluid.application.ports import DraftState, EngineRefusal
+from superfluid.domain.strategies import Strategy
 
 MARKOV_TENSORS = ("markov.embed.weight", "markov.proj.weight")
 
@@ -82,7 +83,7 @@ class BlockWeights:
 class BlockDrafter:
     """The `dflash` or `dspark` strategy over one loaded block drafter; lanes keep no cache."""
 
-    def __init__(self, strategy: str, weights: BlockWeights, target: DraftTarget) -> None:
+    def __init__(self, strategy: Strategy, weights: BlockWeights, target: DraftTarget) -> None:
         self.strategy = strategy
         self.weights = weights
         self.target = target
@@ -160,7 +161,7 @@ def _confidence(logits: F32) -> float:
     return 1.0 / float(np.exp(shifted).sum())
 
 
-def load_block_drafter(strategy: str, path: Path, *, target: DraftTarget) -> BlockDrafter:
+def load_block_drafter(strategy: Strategy, path: Path, *, target: DraftTarget) -> BlockDrafter:
     """A DFlash or DSpark drafter for `target`; EngineRefusal says why not."""
     bundle = open_drafter(path, strategy, target)
     cfg = target.model.config
@@ -172,7 +173,7 @@ def load_block_drafter(strategy: str, path: Path, *, target: DraftTarget) -> Blo
             block = bundle.header.block_size
             if not block:
                 raise EngineRefusal(f"{shown}: config.block_size must be a positive integer")
-            markov = _markov(bundle, block, d, vocab) if strategy == "dspark" else None
+            markov = _markov(bundle, block, d, vocab) if strategy is Strategy.DSPARK else None
             block_proj = bundle.tensor("block_proj.weight", (block, d, 2 * d))
             fc = bundle.tensor("fc.weight", (d, len(taps) * d))
             head = target.model.output_head

@@ -30,11 +30,12 @@ from superfluid.domain.bundle_header import BundleHeader
 from superfluid.domain.drafters import fit_problem
 from superfluid.domain.rng import STREAM_DRAFT, uniform
 from superfluid.domain.sampling import SamplingParams, draw_index, token_distribution
+from superfluid.domain.strategies import Strategy
 
 Q = npt.NDArray[np.float64]
 
 
-def open_drafter(path: Path, strategy: str, target: DraftTarget) -> Bundle:
+def open_drafter(path: Path, strategy: Strategy, target: DraftTarget) -> Bundle:
     """The drafter bundle at `path`, checked to be a `strategy` drafter that fits `target`."""
     path = Path(path).expanduser()
     try:
@@ -44,7 +45,7 @@ def open_drafter(path: Path, strategy: str, target: DraftTarget) -> Bundle:
     try:
         arch = bundle.header.arch
         if arch != strategy:
-            why = " (dspark needs a Markov head)" if strategy == "dspark" else ""
+            why = " (dspark needs a Markov head)" if strategy is Strategy.DSPARK else ""
             raise EngineRefusal(
                 f"{bundle.shown} is a {arch or 'plain'} bundle, not {strategy}{why}"
             )

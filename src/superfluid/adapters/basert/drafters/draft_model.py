@@ -31,6 +31,7 @@ from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.target import DraftTarget
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
 from superfluid.application.ports import DraftState, EngineRefusal
+from superfluid.domain.strategies import Strategy
 
 _SAME_TOKENIZER = "a draft model must share the target's tokenizer"
 
@@ -38,7 +39,7 @@ _SAME_TOKENIZER = "a draft model must share the target's tokenizer"
 class DraftModelDrafter:
     """The `draft-model` strategy over one loaded draft bundle (one cache per open lane)."""
 
-    strategy = "draft-model"
+    strategy = Strategy.DRAFT_MODEL
 
     def __init__(self, model: DenseModel, *, stops: frozenset[int], context_size: int) -> None:
         self.model = model

@@ -62,6 +62,7 @@ from superfluid.adapters.basert.layers import (
 from superfluid.adapters.basert.model_config import ModelConfig
 from superfluid.adapters.basert.target import DraftTarget
 from superfluid.application.ports import DraftState, EngineRefusal
+from superfluid.domain.strategies import Strategy
 
 #: (residual stream, attention input or None for `attn_norm(residual)`) for the head's layer.
 LayerInput = tuple[F32, F32 | None]
@@ -85,7 +86,7 @@ class HeadWeights:
 class ChainedHead(abc.ABC):
     """The maths of one head; subclasses say how its layer's inputs are formed."""
 
-    strategy = ""
+    strategy: Strategy
 
     def __init__(self, weights: HeadWeights) -> None:
         self.weights = weights
@@ -137,7 +138,7 @@ class ChainedHead(abc.ABC):
 
 
 class MtpHead(ChainedHead):
-    strategy = "mtp-head"
+    strategy = Strategy.MTP_HEAD
 
     def __init__(self, weights: HeadWeights, eh_proj: F32) -> None:
         super().__init__(weights)
@@ -158,7 +159,7 @@ class MtpHead(ChainedHead):
 
 
 class Eagle3Head(ChainedHead):
-    strategy = "eagle3"
+    strategy = Strategy.EAGLE3
 
     def __init__(self, weights: HeadWeights, fc: F32) -> None:
         super().__init__(weights)
@@ -186,7 +187,7 @@ class HeadDrafter:
         target.require_taps(head.taps)
 
     @property
-    def strategy(self) -> str:
+    def strategy(self) -> Strategy:
         return self.head.strategy
 
     def open(self, prompt: Sequence[int], *, seq: int) -> DraftState:
@@ -271,7 +272,7 @@ def load_mtp_head(target: DraftTarget) -> HeadDrafter:
 
 def load_eagle3(path: Path, *, target: DraftTarget) -> HeadDrafter:
     """An EAGLE-3 head for `target`; EngineRefusal says why not."""
-    bundle = open_drafter(path, "eagle3", target)
+    bundle = open_drafter(path, Strategy.EAGLE3, target)
     cfg = target.model.config
     d, vocab = cfg.hidden_size, cfg.vocab_size
     try:
