@@ -23,7 +23,7 @@ from superfluid.entrypoints.http.errors import ApiError, from_validation_errors
 from superfluid.entrypoints.http.intake import (
     ServerDefaults,
     find_host,
-    must_decode_plainly,
+    generation_request,
     sampling_params,
     template_tools,
     tool_plan,
@@ -91,12 +91,22 @@ def test_seeds_come_from_the_request_then_the_cli_then_fresh_randomness() -> Non
 
 
 def test_grammar_bias_and_logprob_lanes_decode_plainly() -> None:
-    assert not must_decode_plainly(chat_body())
-    assert not must_decode_plainly(chat_body(logit_bias={}, response_format={"type": "text"}))
-    assert must_decode_plainly(chat_body(logprobs=True))
-    assert must_decode_plainly(chat_body(response_format={"type": "json_object"}))
-    assert must_decode_plainly(chat_body(logit_bias={"3": -100.0}))
-    assert must_decode_plainly(CompletionBody.model_validate({"prompt": "x", "logprobs": 0}))
+    model = host("m", speculates=True)
+
+    def drafts(body: ChatCompletionBody | CompletionBody) -> bool:
+        return generation_request(body, model, [1, 2, 3], ServerDefaults()).may_draft
+
+    assert drafts(chat_body())
+    assert drafts(chat_body(logit_bias={}, response_format={"type": "text"}))
+    assert not drafts(chat_body(logprobs=True))
+    assert not drafts(chat_body(response_format={"type": "json_object"}))
+    assert not drafts(chat_body(logit_bias={"3": -100.0}))
+    assert not drafts(CompletionBody.model_validate({"prompt": "x", "logprobs": 0}))
+    forced = {"type": "function", "function": {"name": "done"}}
+    tools = chat_body(tools=[TOOL], tool_choice=forced)
+    assert not generation_request(
+        tools, model, [1], ServerDefaults(), tool_plan(tools, model)
+    ).may_draft
 
 
 # -- validation messages --------------------------------------------------------------------------

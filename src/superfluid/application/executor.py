@@ -11,13 +11,8 @@ each lane drafts by how sure its drafter is (the draft's match class).
 Invariant per lane: `history` is every committed token (prompt + output); the KV holds all of
 it but the last committed token, which is `pending` and is fed first in the next round.
 
-Prefix reuse. A finished lane's sequence is parked with the tokens its KV holds instead of
-freed. A new request takes the parked sequence sharing the longest prefix with its prompt, cuts
-it back to that prefix and prefills only the rest; parked sequences are freed least recently
-used first when a lane needs one. It is exact only where a token's KV does not depend on how it
-was computed (alone, in a verify step or in a prefill chunk), so the runtime says whether it may
-(`Capabilities.reuse_refusal`). Multi-turn chat is the case it serves: each prompt is the last
-prompt, its reply and a new line.
+Lanes take their sequences from a `SequencePool` (sequence_pool.py), which parks a finished
+lane's KV for a later prompt that starts the same way (prefix reuse).
 """
 
 from __future__ import annotations
@@ -41,6 +36,7 @@ from superfluid.application.ports import (
     SpeculationPolicy,
 )
 from superfluid.application.requests import GenerationRequest
+from superfluid.application.sequence_pool import SequencePool
 from superfluid.domain.constrained import sample_allowed
 from superfluid.domain.gates.depth import match_class
 from superfluid.domain.gates.policy import PLAIN, TickPlan
@@ -53,9 +49,6 @@ __all__ = ["Executor", "TickReport"]
 PREFILL_CHUNK = 512
 
 DraftDistributions = npt.NDArray[np.float64]
-
-#: The shortest shared prefix for which a new lane takes a parked sequence over a free one.
-MIN_REUSED_TOKENS = 16
 
 #: Depth used when no policy is given (prompt-lookup's default, docs/contract.md §4).
 DEFAULT_DEPTH = 4
@@ -83,23 +76,6 @@ class _Lane:
     @property
     def stats(self) -> SpecStats:
         return SpecStats(self.proposed, self.accepted)
-
-
-@dataclass(eq=False, slots=True)
-class _Parked:
-    """A finished lane's sequence, kept with the tokens its KV holds."""
-
-    seq: int
-    tokens: list[int]
-    parked_at: int  # the executor's tick count when it was parked: least recent goes first
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +112,7 @@ class Executor:
         self._policy = policy
         self._waiting: collections.deque[GenerationRequest] = collections.deque()
         self._lanes: list[_Lane] = []
-        self._parked: list[_Parked] = []
-        self._reuse = reuse_prefixes and caps.truncate_partial and caps.reuse_refusal is None
+        self._pool = SequencePool(runtime, reuse=reuse_prefixes)
         self._ticks = 0
         self._reused_this_tick = 0
         self.last_tick: TickReport | None = None
@@ -164,15 +139,15 @@ class Executor:
 
     @property
     def reuses_prefixes(self) -> bool:
-        return self._reuse
+        return self._pool.reuses
 
     def release_parked(self) -> None:
         """Free every parked sequence (before the runtime serves another executor)."""
-        self._free_parked(len(self._parked))
+        self._pool.release_parked()
 
     def parked(self) -> dict[int, list[int]]:
         """Each parked sequence and the tokens its KV holds."""
-        return {p.seq: list(p.tokens) for p in self._parked}
+        return self._pool.parked()
 
     def abort_all(self) -> None:
         """Drop every lane and waiting request, freeing their sequences (after a failure)."""
@@ -264,14 +239,8 @@ class Executor:
                 )
                 events.append(Committed(request.id, (), SpecStats(), Finish.ERROR, why))
                 continue
-            # Grammar and logprobs lanes never draft (docs/contract.md §8), whatever `speculate` says.
-            speculates = (
-                request.speculate
-                and request.constraint is None
-                and request.logprobs is None
-                and self._drafter is not None
-            )
-            seq, reused = self._sequence_for(request.prompt)
+            speculates = request.may_draft and self._drafter is not None
+            seq, reused = self._pool.acquire(request.prompt, in_use=len(self._lanes))
             self._reused_this_tick += reused
             lane = _Lane(
                 request=request,
@@ -326,42 +295,13 @@ class Executor:
                 keep.append(lane)
                 continue
             # A lane that failed may have left its KV in any state: only a clean one is kept.
-            if self._reuse and lane.finish is not Finish.ERROR and lane.kv_len > 0:
-                tokens = lane.history[: lane.kv_len]
-                self._parked.append(_Parked(lane.seq, tokens, self._ticks))
-            else:
-                self._runtime.free_sequence(lane.seq)
+            clean = lane.finish is not Finish.ERROR
+            self._pool.release(
+                lane.seq, lane.history[: lane.kv_len] if clean else None, now=self._ticks
+            )
             if self._policy is not None and lane.draft_state is not None:
                 self._policy.request_finished(lane.request.id)
         self._lanes = keep
-
-    def _sequence_for(self, prompt: list[int]) -> tuple[int, int]:
-        """A sequence for a new lane, and how many of its prompt tokens the KV already holds."""
-        if self._parked:
-            # At least the prompt's last token is fed again: its logits row starts the reply.
-            best = max(self._parked, key=lambda p: (common_prefix(p.tokens, prompt), p.parked_at))
-            shared = min(common_prefix(best.tokens, prompt), len(prompt) - 1)
-            free = self._caps.max_sequences - len(self._lanes) - len(self._parked)
-            # Every prompt shares its first token or so with every other: a short match is not
-            # worth losing a parked sequence that a later turn of its own conversation may want.
-            if shared >= MIN_REUSED_TOKENS or (shared > 0 and free <= 0):
-                self._parked.remove(best)
-                try:
-                    self._runtime.cut(best.seq, shared)
-                except Exception:  # a sequence that will not cut is not reused
-                    self._runtime.free_sequence(best.seq)
-                else:
-                    return best.seq, shared
-            if free <= 0:
-                self._free_parked(1)
-        return self._runtime.new_sequence(), 0
-
-    def _free_parked(self, count: int) -> None:
-        """Free the `count` least recently parked sequences."""
-        self._parked.sort(key=lambda p: p.parked_at)
-        for parked in self._parked[:count]:
-            self._runtime.free_sequence(parked.seq)
-        del self._parked[:count]
 
     # -- one lane's feed -------------------------------------------------------------------
 

@@ -47,3 +47,14 @@ class GenerationRequest:
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
+
+    @property
+    def may_draft(self) -> bool:
+        """The one rule for which lanes may speculate (docs/contract.md §8): never a grammar
+        lane, a lane with a logit bias or one that reports logprobs, nor one told not to."""
+        return (
+            self.speculate
+            and self.constraint is None
+            and self.logprobs is None
+            and not self.params.logit_bias
+        )

@@ -310,18 +310,6 @@ def check_supported(body: SamplingFields) -> None:
             raise bad_request("`suffix` is not supported; send the request without it", "suffix")
 
 
-def must_decode_plainly(body: SamplingFields) -> bool:
-    """Lanes with a grammar, a logit bias or logprobs never speculate (docs/contract.md §8)."""
-    if body.logit_bias:
-        return True
-    if isinstance(body, ChatCompletionBody):
-        json_mode = body.response_format is not None and body.response_format.type != "text"
-        return json_mode or bool(body.logprobs)
-    if isinstance(body, CompletionBody):
-        return body.logprobs is not None
-    return False
-
-
 def logprobs_wanted(body: SamplingFields) -> int | None:
     """How many top tokens each logprobs entry lists, or None when logprobs are off."""
     if isinstance(body, ChatCompletionBody):
@@ -395,7 +383,7 @@ def generation_request(
         prompt=prompt,
         params=sampling_params(body, host, defaults),
         max_tokens=max_tokens,
-        speculate=constraint is None and not must_decode_plainly(body),
+        # Whether the lane may draft is GenerationRequest.may_draft's call (one rule).
         constraint=constraint,
         logprobs=logprobs_wanted(body),
     )
