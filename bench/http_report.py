@@ -795,8 +795,8 @@ METHOD = [
     "superfluid's per-chunk usage does, and `draft_n` / `draft_n_accepted` give its "
     "acceptance. Speculating configurations get the same warm-up rounds (`--warmup`) before "
     "each cell. Its prompt cache is switched off (`cache_prompt: false`) on the single-turn "
-    "workloads, whose prompts repeat from run to run as only a bench's do (superfluid has no "
-    "prefix cache), and left on for multi-turn, where reusing a session's earlier turns is "
+    "workloads, whose prompts repeat from run to run as only a bench's do (superfluid's prefix "
+    "reuse is off there too, `--no-prefix-reuse`), and left on for multi-turn, where reusing a session's earlier turns is "
     "what it is for.",
     "- **Multi-turn** sessions: 4 greedy turns per client, each sending the whole conversation "
     "so far plus one new user line; sessions carry a unique tag, so a prompt cache reuses a "

@@ -51,3 +51,15 @@ def test_auto_reports_skips_an_empty_search_and_engine_refusals():
     assert say.auto_refused("eagle3:/b.base", "no", None) == (
         "speculation: auto picked eagle3:/b.base, but the engine refused it (no) — decoding plainly"
     )
+
+
+def test_every_speculation_line_can_name_its_model() -> None:
+    from superfluid.domain import announcements as say
+
+    assert say.skipping_drafter("why", "m") == "speculation: m: skipping a drafter: why"
+    assert say.auto_refused("d", "no", None, "m").startswith("speculation: m: auto picked d")
+    assert (
+        say.auto_prompt_lookup("mlx", "m")
+        == "speculation: m: auto: prompt-lookup on the mlx runtime"
+    )
+    assert say.skipping_drafter("why") == "speculation: skipping a drafter: why"

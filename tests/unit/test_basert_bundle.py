@@ -235,3 +235,12 @@ def test_the_header_still_reads_with_the_domain_reader(tmp_path: Path) -> None:
     ]
     path = tensor_bundle(tmp_path / "m.base", tensors, bytes(24))
     assert read_header(path).quantisation == "bf16"
+
+
+def test_the_engine_line_is_true_on_the_platform_it_runs_on() -> None:
+    from superfluid.adapters.basert.runtime import engine_note
+
+    linux = engine_note("t.base", "Linux", "x86_64")
+    assert linux.startswith("the libbaseRT engine has no build for Linux x86_64")
+    mac = engine_note("t.base", "Darwin", "arm64")
+    assert "no build" not in mac and mac.startswith("running t.base on the reference backend")

@@ -123,3 +123,20 @@ def test_a_fresh_multi_turn_session_has_three_follow_ups_and_a_tagged_first_line
     first, second = MULTI_TURN.variant(0, 7), MULTI_TURN.variant(1, 7)
     assert len(first.follow_ups) == 3 and first.text != second.text
     assert MULTI_TURN.first_line(first, 7, 0).startswith("Session 7.0: ")
+
+
+def test_the_generated_benchmark_report_says_what_the_report_generator_says() -> None:
+    """docs/benchmarks/README.md is generated; its fixed method text must be the generator's
+    (a report edited by hand, or a generator changed without regenerating, fails here)."""
+    from pathlib import Path
+
+    from bench.http_report import Settings, method
+
+    report = Path(__file__).parents[2] / "docs" / "benchmarks" / "README.md"
+    text = " ".join(report.read_text().split())
+    # The committed report was run interleaved, llama-server beside superfluid's pair.
+    settings = Settings.__new__(Settings)
+    object.__setattr__(settings, "interleaved", True)
+    object.__setattr__(settings, "peers_interleaved", True)
+    for line in method(settings):
+        assert " ".join(line.split()) in text, line[:80]

@@ -153,11 +153,24 @@ def test_a_row_without_a_size_is_decided_by_sha256(tmp_path: Path, digests: Dige
     assert digests.computed == 1
 
 
-def test_a_row_without_a_digest_pins_nothing(tmp_path: Path, digests: DigestCache) -> None:
+def test_a_row_with_a_size_but_no_digest_is_checked_by_size_alone(
+    tmp_path: Path, digests: DigestCache
+) -> None:
+    sized = CatalogRow("basecompute/Tiny-DFlash", "Tiny-DFlash.base", "", 8, None, None, None)
+    path = write(tmp_path / "Tiny-DFlash.base", b"whatever")  # 8 bytes
+    assert check_against_catalog(path, [sized], digests) is None
+    path.write_bytes(b"whatever and more")
+    problem = check_against_catalog(path, [sized], digests)
+    assert problem is not None and "17 bytes, not 8" in problem
+    assert digests.computed == 0  # nothing to hash against
+
+
+def test_a_row_with_neither_size_nor_digest_pins_nothing(
+    tmp_path: Path, digests: DigestCache
+) -> None:
     path = write(tmp_path / "Tiny-DFlash.base", b"whatever")
-    unpinned = CatalogRow("basecompute/Tiny-DFlash", "Tiny-DFlash.base", "", 99, None, None, None)
-    assert check_against_catalog(path, [unpinned], digests) is None
-    assert digests.computed == 0
+    bare = CatalogRow("basecompute/Tiny-DFlash", "Tiny-DFlash.base", "", None, None, None, None)
+    assert check_against_catalog(path, [bare], digests) is None
 
 
 def test_a_listed_file_that_cannot_be_read_is_refused(

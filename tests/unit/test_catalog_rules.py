@@ -208,8 +208,8 @@ def test_a_row_without_a_file_name_claims_no_file() -> None:
     assert pinned_row(("",), rows) is None
 
 
-def test_the_pinned_row_skips_rows_without_a_digest() -> None:
-    rows = [row(id="o/r", file="x.base", sha256=None), row(id="o/r2", file="x.base")]
+def test_the_pinned_row_skips_rows_with_neither_size_nor_digest() -> None:
+    rows = [row(id="o/r", file="x.base", sha256=None, size=None), row(id="o/r2", file="x.base")]
     pinned = pinned_row(("x.base",), rows)
     assert pinned is not None
     assert pinned.id == "o/r2"

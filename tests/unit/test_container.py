@@ -115,7 +115,7 @@ def test_prefix_reuse_follows_the_flag_and_a_refusal_is_said_once(
         (
             "mtp-head",
             None,
-            "--speculate mtp-head: the fake runtime runs prompt-lookup only; use --speculate prompt-lookup or auto",
+            "--speculate mtp-head: the llamacpp runtime runs prompt-lookup only; use --speculate prompt-lookup or auto",
         ),
     ],
 )
@@ -125,6 +125,17 @@ def test_an_explicit_directive_the_runtime_cannot_honour_stops_startup(
     with pytest.raises(DirectiveError) as err:
         container_for([gguf(tmp_path)], speculate, cut_refusal=cut_refusal).hosts()
     assert err.value.message == message
+
+
+def test_a_strategy_a_gguf_cannot_run_is_refused_before_the_model_loads(tmp_path):
+    container = container_for([gguf(tmp_path)], "mtp-head")
+    loaded = []
+    container.runtime_loaders.override(
+        providers.Dict(llamacpp=providers.Object(lambda path, **_: loaded.append(path)))
+    )
+    with pytest.raises(DirectiveError, match="runs prompt-lookup only"):
+        container.hosts()
+    assert loaded == []
 
 
 def test_with_several_models_each_line_names_its_model(tmp_path, startup_lines):
@@ -253,3 +264,12 @@ def test_every_runtime_package_with_a_record_is_listed_once():
     ]
     assert sorted(r.name for r in records) == sorted(r.name for r in RUNTIMES)
     assert len({r.name for r in RUNTIMES}) == len(RUNTIMES)
+
+
+def test_with_several_models_auto_names_the_model_too(tmp_path, startup_lines):
+    models = [gguf(tmp_path, "a.gguf"), gguf(tmp_path, "b.gguf")]
+    container_for(models, "auto").hosts()
+    assert startup_lines() == [
+        "speculation: a.gguf: auto: prompt-lookup on the fake runtime",
+        "speculation: b.gguf: auto: prompt-lookup on the fake runtime",
+    ]

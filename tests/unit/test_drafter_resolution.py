@@ -213,5 +213,9 @@ def test_an_explicit_path_that_is_not_a_bundle_is_refused(layout):
     assert (
         err.value.message == f"--speculate {gguf}: not a .base bundle (convert the drafter first)"
     )
-    with pytest.raises(DirectiveError, match="GGUF"):
+    # A kind in front of the path gets the same line (issue 25).
+    with pytest.raises(DirectiveError) as err:
         explicit(f"dflash:{gguf}", read_header(target), home=root)
+    assert err.value.message == (
+        f"--speculate dflash:{gguf}: not a .base bundle (convert the drafter first)"
+    )

@@ -321,3 +321,22 @@ def test_a_speculating_model_counts_accepted_drafts_per_position_through_the_ser
     by_position = sorted((int(dict(labels)["position"]), v) for labels, v in per_position.items())
     counts = [v for _, v in by_position]
     assert by_position[0][0] == 1 and counts == sorted(counts, reverse=True)
+
+
+def test_every_series_but_the_http_count_names_its_model_as_operations_md_says() -> None:
+    """docs/operations.md: every series about a model has a `model` label; the HTTP count is
+    by route and status."""
+    from pathlib import Path
+
+    page = " ".join((Path(__file__).parents[2] / "docs" / "operations.md").read_text().split())
+    assert "Every series about a model carries a `model` label" in page
+    import re
+
+    source = (Path(__file__).parents[2] / "src/superfluid/adapters/metrics.py").read_text()
+    declared = re.findall(r'\(\s*"(superfluid_[a-z_]+)",\s*"[^"]*",\s*\[([^\]]*)\]', source)
+    assert declared, "no metric declarations found"
+    for name, labels in declared:
+        if name == "superfluid_http_requests_total":
+            assert "model" not in labels and "route" in labels
+        else:
+            assert '"model"' in labels, name

@@ -29,7 +29,7 @@ from superfluid.domain.bundle_header import (
     parse_prefix,
     weights_offset,
 )
-from superfluid.domain.errors import HeaderError
+from superfluid.domain.errors import HeaderError, NotABundle
 
 _GGUF_MAGIC = b"GGUF"
 _PREFIX = struct.Struct("<4sIQ")
@@ -55,11 +55,11 @@ def _header_bytes(path: Path, shown: str) -> tuple[bytes, int]:
             size = os.fstat(handle.fileno()).st_size
             prefix = handle.read(PREFIX_SIZE)
             if prefix.startswith(_GGUF_MAGIC):
-                raise HeaderError(f"{shown} is a GGUF model, not a .base bundle")
+                raise NotABundle(f"{shown} is a GGUF model, not a .base bundle")
             try:
                 header_len = parse_prefix(prefix)
             except HeaderError as err:
-                raise HeaderError(f"{shown}: {err.message}") from None
+                raise type(err)(f"{shown}: {err.message}") from None
             # Never read past the end the file has: a damaged length of 200 MiB in a 1 KiB file
             # must cost 1 KiB, and the domain then says that the length runs past the end.
             body = handle.read(max(0, min(header_len, size - PREFIX_SIZE)))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from superfluid.domain.bundle_header import BundleHeader
 from superfluid.domain.catalog import CatalogRow, catalog_id_of, is_paired
-from superfluid.domain.directive import Directive, Mode, resolve_bundle_path
+from superfluid.domain.directive import Directive, Mode, not_a_bundle, resolve_bundle_path
 from superfluid.domain.drafters import (
     Candidate,
     auto_eligible,
@@ -31,7 +31,7 @@ from superfluid.domain.drafters import (
     rank_candidates,
     same_quantisation,
 )
-from superfluid.domain.errors import DirectiveError, HeaderError
+from superfluid.domain.errors import DirectiveError, HeaderError, NotABundle
 from superfluid.domain.naming import bundle_names
 from superfluid.domain.strategies import Pick, Strategy
 
@@ -138,9 +138,10 @@ def check_explicit(
         raise DirectiveError(refusal)
     try:
         header = read_header(path)
+    except NotABundle:
+        # The same line for `dflash:notes.txt` as for a bare `notes.txt` (the contract's words).
+        raise DirectiveError(not_a_bundle(directive.raw)) from None
     except HeaderError as error:
-        if directive.mode is Mode.BUNDLE_PATH:
-            resolve_bundle_path(directive, None)  # raises the contract's "not a .base bundle"
         raise DirectiveError(f"--speculate {directive.raw}: {error.message}") from error
     resolved = resolve_bundle_path(directive, header)
     named = Strategy.named(resolved.kind) if resolved.kind else kind_of(header)

@@ -58,7 +58,7 @@ def register_prompt_lookup_runtime(
             why = caps.cut_refusal or "it registers no strategy"
             return Registration(None, None, (say.auto_cannot_cut(model, caps.runtime, why),))
         return Registration(
-            PROMPT_LOOKUP, PromptLookupDrafter(), (say.auto_prompt_lookup(caps.runtime),)
+            PROMPT_LOOKUP, PromptLookupDrafter(), (say.auto_prompt_lookup(caps.runtime, label),)
         )
     raise DirectiveError(say.strategy_not_on_runtime(directive.raw, caps.runtime))
 
@@ -95,7 +95,7 @@ def register_auto(
 ) -> Registration:
     """`auto` on a bundle: the first pick the engine accepts, else plain decoding (§3)."""
     label = model if name_model else None
-    log = [say.skipping_drafter(s.reason) for s in resolution.skipped if s.catalog]
+    log = [say.skipping_drafter(s.reason, label) for s in resolution.skipped if s.catalog]
     picks = resolution.picks()
     if not picks:
         log.append(say.auto_found_nothing(model, resolution.searched))
@@ -105,7 +105,7 @@ def register_auto(
             strategy, drafter, path = _build(engine, pick)
         except EngineRefusal as error:
             following = str(picks[i + 1]) if i + 1 < len(picks) else None
-            log.append(say.auto_refused(str(pick), error.message, following))
+            log.append(say.auto_refused(str(pick), error.message, following, label))
             continue
         log.append(say.registered(str(pick), label))
         return Registration(strategy, drafter, tuple(log), path)

@@ -204,12 +204,10 @@ class Serving:
             raise ModelFileError(
                 f"{path}: the {file.runtime} runtime is not available in this build"
             )
-        if file.header is not None and directive.mode not in (
-            Mode.OFF,
-            Mode.PROMPT_LOOKUP,
-            Mode.AUTO,
-        ):
-            # Check a named drafter before minutes of loading: a refusal here is exit 2.
+        if directive.mode not in (Mode.OFF, Mode.PROMPT_LOOKUP, Mode.AUTO):
+            # Check a named strategy before minutes of loading: a refusal here is exit 2.
+            if file.header is None:
+                raise DirectiveError(say.strategy_not_on_runtime(directive.raw, file.runtime))
             directive = self._explicit(file, file.header, directive)
         runtime = loader(path, ctx_size=plan.ctx_size, max_lanes=plan.max_lanes)
         caps = runtime.capabilities

@@ -10,12 +10,18 @@ from collections.abc import Sequence
 
 
 def registered(resolved: str, model: str | None = None) -> str:
-    """`speculation: <resolved>`; with several models, the model is named too."""
-    return f"speculation: {resolved}" if model is None else f"speculation: {model}: {resolved}"
+    """`speculation: <resolved>`; with several models, the model is named too (as in every
+    line here that takes `model`)."""
+    return f"{_speculation(model)}{resolved}"
 
 
-def auto_prompt_lookup(runtime: str) -> str:
-    return f"speculation: auto: prompt-lookup on the {runtime} runtime"
+def _speculation(model: str | None) -> str:
+    """The line's head: `speculation: `, and the model's name when several are served."""
+    return "speculation: " if model is None else f"speculation: {model}: "
+
+
+def auto_prompt_lookup(runtime: str, model: str | None = None) -> str:
+    return f"{_speculation(model)}auto: prompt-lookup on the {runtime} runtime"
 
 
 def auto_cannot_cut(model: str, runtime: str, why: str) -> str:
@@ -40,8 +46,8 @@ def strategy_not_on_runtime(directive: str, runtime: str) -> str:
     )
 
 
-def skipping_drafter(why: str) -> str:
-    return f"speculation: skipping a drafter: {why}"
+def skipping_drafter(why: str, model: str | None = None) -> str:
+    return f"{_speculation(model)}skipping a drafter: {why}"
 
 
 def auto_found_nothing(model: str, searched: Sequence[str]) -> str:
@@ -51,6 +57,11 @@ def auto_found_nothing(model: str, searched: Sequence[str]) -> str:
     )
 
 
-def auto_refused(candidate: str, error: str, next_candidate: str | None) -> str:
+def auto_refused(
+    candidate: str, error: str, next_candidate: str | None, model: str | None = None
+) -> str:
     then = f"trying {next_candidate}" if next_candidate is not None else "decoding plainly"
-    return f"speculation: auto picked {candidate}, but the engine refused it ({error}) — {then}"
+    return (
+        f"{_speculation(model)}auto picked {candidate}, but the engine refused it ({error})"
+        f" — {then}"
+    )

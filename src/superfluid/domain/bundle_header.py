@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-from superfluid.domain.errors import HeaderError
+from superfluid.domain.errors import HeaderError, NotABundle
 
 MAGIC = b"BASE"
 SUPPORTED_VERSION = 1
@@ -90,12 +90,12 @@ class BundleHeader:
 def parse_prefix(prefix: bytes) -> int:
     """The header length that the 16-byte prefix announces, or a HeaderError saying why not."""
     if len(prefix) < PREFIX_SIZE:
-        raise HeaderError(
+        raise NotABundle(
             f"too short for a .base bundle: {len(prefix)} bytes, a .base prefix is {PREFIX_SIZE}"
         )
     magic, version, header_len = _PREFIX.unpack_from(prefix)
     if magic != MAGIC:
-        raise HeaderError(f"bad magic {magic!r}, a .base bundle starts with {MAGIC!r}")
+        raise NotABundle(f"bad magic {magic!r}, a .base bundle starts with {MAGIC!r}")
     if version != SUPPORTED_VERSION:
         raise HeaderError(
             f".base version {version} is not supported (only version {SUPPORTED_VERSION})"

@@ -35,8 +35,10 @@ class CatalogRow:
 
     @property
     def pins_bytes(self) -> bool:
-        """Whether a file claiming this row must be these exact bytes (the row has a digest)."""
-        return self.sha256 is not None
+        """Whether a file claiming this row is checked: the row gives its size, its sha256 or
+        both, and the file must match what it gives (a row with a size but no digest is checked
+        by size alone; docs/adr/0002)."""
+        return self.sha256 is not None or self.size is not None
 
     @property
     def variant_or_file(self) -> str:
@@ -125,7 +127,7 @@ def catalog_id_of(parts: Sequence[str], rows: Iterable[CatalogRow]) -> str | Non
 def pinned_row(parts: Sequence[str], rows: Iterable[CatalogRow]) -> CatalogRow | None:
     """The row whose size and sha256 the file must match, or None when the catalog pins nothing.
 
-    Only rows with a digest pin; a row without one gives nothing to check bytes against.
+    Only rows with a size or a digest pin; a row with neither gives nothing to check against.
     """
     pinning = [row for row in rows if row.pins_bytes]
     pulled = _pulled_layout(parts)
@@ -149,8 +151,8 @@ def size_problem(path: str, row: CatalogRow, size: int) -> str | None:
 
 
 def needs_sha256(row: CatalogRow, size: int) -> bool:
-    """Whether the file must be hashed to decide: it claims a pinned row and its size passed."""
-    return row.pins_bytes and size_problem("", row, size) is None
+    """Whether the file must be hashed to decide: the row has a digest and the size passed."""
+    return row.sha256 is not None and size_problem("", row, size) is None
 
 
 def sha_problem(path: str, row: CatalogRow, sha256: str) -> str | None:

@@ -111,14 +111,17 @@ def parse_directive(
     raise unrecognised(raw)
 
 
+def not_a_bundle(raw: str) -> str:
+    """The refusal of a drafter path whose file is not a `.base` bundle at all."""
+    return f"--speculate {raw}: not a .base bundle (convert the drafter first)"
+
+
 def resolve_bundle_path(directive: Directive, header: BundleHeader | None) -> Directive:
     """Give a bare-path directive its kind from the file's header (None: it did not read)."""
     if directive.mode is not Mode.BUNDLE_PATH:
         return directive
     if header is None:
-        raise DirectiveError(
-            f"--speculate {directive.raw}: not a .base bundle (convert the drafter first)"
-        )
+        raise DirectiveError(not_a_bundle(directive.raw))
     return Directive(
         Mode.BUNDLE_PATH, directive.raw, path=directive.path, kind=kind_of(header).value
     )

@@ -21,6 +21,10 @@ class HeaderError(SuperfluidError):
     """A `.base` header that does not read."""
 
 
+class NotABundle(HeaderError):
+    """A file that is not a `.base` bundle at all (too short, another magic, a GGUF)."""
+
+
 class ModelFileError(SuperfluidError):
     """A model path that no runtime can serve, or names that cannot tell models apart (exit 2)."""
 

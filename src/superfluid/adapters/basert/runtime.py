@@ -22,6 +22,7 @@ Not thread-safe: one executor thread owns a runtime.
 from __future__ import annotations
 
 import logging
+import platform
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -119,11 +120,7 @@ class BaseRTRuntime(TemplatedChat):
                     f"of {config.vocab_size}"
                 )
             model = DenseModel.from_bundle(bundle, max_positions=ctx_size, config=config)
-            log.info(
-                "basert: the libbaseRT engine is not available on this platform; "
-                "running %s on the reference backend (numpy)",
-                bundle.shown,
-            )
+            log.info("basert: %s", engine_note(bundle.shown))
             header = bundle.header
         return cls(
             path=path,
@@ -295,3 +292,22 @@ class BaseRTRuntime(TemplatedChat):
         if bad is not None:
             raise RuntimeFault(f"token {bad} is outside the vocabulary (0..{vocab - 1})")
         return Pass(cache, feed.tokens, feed.all_rows)
+
+
+#: Where the closed libbaseRT engine has builds (macOS arm64; Linux arm64 with a GB10).
+_ENGINE_PLATFORMS = {("Darwin", "arm64"), ("Linux", "aarch64")}
+
+
+def engine_note(shown: str, system: str | None = None, machine: str | None = None) -> str:
+    """What startup says about the engine that runs `shown`, true on the platform it runs on."""
+    system = system or platform.system()
+    machine = machine or platform.machine()
+    if (system, machine) in _ENGINE_PLATFORMS:
+        return (
+            f"running {shown} on the reference backend (numpy); superfluid does not drive the"
+            " libbaseRT engine, whose C API gives last-row logits only (docs/contract.md §10)"
+        )
+    return (
+        f"the libbaseRT engine has no build for {system} {machine}; running {shown} on the"
+        " reference backend (numpy)"
+    )
