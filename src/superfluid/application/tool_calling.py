@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from superfluid.domain.json_schema import Node, call_arguments, call_list
@@ -45,6 +45,8 @@ class ToolPlan:
     family: ToolFamily | None = None  # how an `auto` reply writes calls
     named: str | None = None  # the function a NAMED choice forces
     parallel: bool = True
+    #: A forced choice's grammar, compiled once when the request is taken (`with_grammar`).
+    grammar: Node | None = None
 
     @property
     def forced(self) -> bool:
@@ -55,8 +57,12 @@ class ToolPlan:
         """Whether the prompt shows the model the tools."""
         return self.choice is not ToolChoice.NONE
 
-    def grammar(self) -> Node:
-        """The forced output's grammar; raises SchemaUnsupported naming what it cannot enforce."""
+    def with_grammar(self) -> ToolPlan:
+        """This plan with its forced output's grammar compiled; raises SchemaUnsupported
+        naming what the grammar cannot enforce."""
+        return replace(self, grammar=self._compile())
+
+    def _compile(self) -> Node:
         nodes = [
             (
                 tool.name,

@@ -244,7 +244,7 @@ def tool_plan(body: ChatCompletionBody, host: ModelHost) -> ToolPlan | None:
     plan = ToolPlan(kind, functions, family, named, parallel=body.parallel_tool_calls is not False)
     if plan.forced:
         try:
-            plan.grammar()
+            plan = plan.with_grammar()
         except SchemaUnsupported as why:
             raise bad_request(f'{why}; use `tool_choice: "auto"` for this tool', "tools") from None
     return plan
@@ -372,10 +372,10 @@ def generation_request(
         and body.response_format.type == "json_object"
     )
     constraint: TokenConstraint | None = None
-    if tools is not None and tools.forced:
+    if tools is not None and tools.grammar is not None:
         # A forced call is a grammar lane; it never speculates (docs/contract.md §8).
         constraint = SchemaConstraint(
-            host.token_pieces(), host.capabilities.eos_tokens, tools.grammar()
+            host.token_pieces(), host.capabilities.eos_tokens, tools.grammar
         )
     elif json_mode:
         constraint = JsonObjectConstraint(host.token_pieces(), host.capabilities.eos_tokens)
