@@ -75,24 +75,26 @@ class ToolPlan:
             return nodes[0][1]
         return call_list(nodes, parallel=self.parallel)
 
-    def read(self, text: str) -> ParsedReply:
-        """The calls in a finished reply (and the content around them)."""
+    def read(self, text: str, finish: str) -> ParsedReply:
+        """The calls in a reply that ended with `finish` (and the content around them). A
+        forced call the reply did not finish (`max_tokens`) is no call: its text is content."""
         if self.forced:
-            return self._read_forced(text)
+            return self._read_forced(text, finish)
         if self.choice is ToolChoice.AUTO and self.family is not None:
             return parse_reply(self.family, text)
         return ParsedReply(text or None)
 
-    def _read_forced(self, text: str) -> ParsedReply:
+    def _read_forced(self, text: str, finish: str) -> ParsedReply:
+        # Only a reply cut short (max_tokens, a stop string) leaves the grammar unfinished.
+        cut_short = ParsedReply(
+            text or None, (), "the forced tool call was cut short; the reply is returned as text"
+        )
+        if finish != "stop":
+            return cut_short
         try:
             value = json.loads(text)
         except json.JSONDecodeError:
-            # Only a reply cut short (max_tokens, a stop string) leaves the grammar unfinished.
-            return ParsedReply(
-                text or None,
-                (),
-                "the forced tool call was cut short; the reply is returned as text",
-            )
+            return cut_short
         if self.choice is ToolChoice.NAMED:
             assert self.named is not None
             # The model's own text, as a stream sends it fragment by fragment.

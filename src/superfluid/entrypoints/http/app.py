@@ -213,9 +213,7 @@ async def _whole_reply(generation: Generation) -> tuple[str, list[LogprobEntry],
 def _read_calls(plan: ToolPlan, text: str, finish: str) -> tuple[str, tuple[CallOut, ...]]:
     """A finished reply's tool calls and the content around them. A forced call cut short, or a
     call the parser cannot read, leaves the whole reply as content (and a line in the log)."""
-    if plan.forced and finish != "stop":
-        return text, ()
-    parsed = plan.read(text)
+    parsed = plan.read(text, finish)
     if parsed.problem is not None:
         log.warning("%s", parsed.problem)
     calls = tuple(CallOut.new(call.name, call.arguments) for call in parsed.calls)

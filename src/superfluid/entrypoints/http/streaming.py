@@ -172,11 +172,11 @@ class StreamedCalls:
         """Content and deltas still owed when the reply ends with `finish`."""
         if self._watch is not None:
             parsed = self._watch.finish()
-        elif self._forced and self._plan is not None:
+        elif self._plan is not None and self._forced:
             if self._opened is not None:  # a named call has streamed already
                 self.called = finish == "stop"
                 return "", []
-            parsed = self._plan.read("".join(self._raw))
+            parsed = self._plan.read("".join(self._raw), finish)
         else:
             return "", []
         if parsed.problem is not None:
