@@ -341,6 +341,29 @@ def test_cheap_logit_rows_rounds_up_to_the_counts_the_head_runs_cheaply() -> Non
     ]  # fmt: skip
 
 
+# Four lanes drafting different depths: pad into one pass where the measured padding rows cost
+# less than the passes saved (bench/llamacpp_padding_cost.py, ADR 0008), else let llama.cpp split.
+@pytest.mark.parametrize(
+    ("widths", "pads"),
+    [
+        ((4, 2, 4, 4), True),
+        ((4, 1, 1, 1), True),
+        ((8, 8, 8, 1), True),
+        ((4, 2, 8, 4), True),
+        ((8, 4, 4, 4), False),
+        ((8, 1, 1, 1), False),
+        ((16, 4, 4, 4), False),
+        ((32, 1, 1, 1), False),  # past the widest padded step
+    ],
+)
+def test_unequal_verify_feeds_are_padded_into_one_pass_where_it_is_cheaper(
+    runtime: LlamaCppRuntime, widths: tuple[int, ...], pads: bool
+) -> None:
+    feeds = [Feed(seq, [7] * width, 100) for seq, width in enumerate(widths)]
+    padded = runtime._padded_widths(feeds)
+    assert padded == ([max(widths)] * len(widths) if pads else list(widths))
+
+
 @pytest.mark.parametrize("rows", [3, 5, 7, 9])
 def test_throwaway_logits_rows_after_a_lone_verify_feed_change_nothing(
     runtime: LlamaCppRuntime, rows: int
