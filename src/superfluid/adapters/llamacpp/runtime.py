@@ -60,9 +60,10 @@ MAX_VERIFY_ROWS = 65
 #: as a pass saves (docs/benchmarks/step_cost.md), so wider steps are left as they come.
 MAX_PADDED_WIDTH = 16
 #: Throwaway rows worth one pass fewer (see `_padded_widths`). Four lanes of unequal feeds at
-#: 1,000 cells on the 2-core machine: padding 6-9 rows to save a pass is cheaper (4/1/1/1: 1.88
-#: against 2.10 one-row steps split), 12-14 rows dearer (8/4/4/4: 3.35 against 3.20;
-#: `bench/llamacpp_padding_cost.py`). A padding row runs every layer but the vocabulary head.
+#: 1,000 cells on the 2-core machine: padding up to 9 rows to save a pass is cheaper (4/1/1/1:
+#: 1.89 against 2.15 four-lane steps split), 12 or more dearer (8/4/4/4: 3.57 against 3.31;
+#: `bench/llamacpp_padding_cost.py`, ADR 0008). A padding row runs every layer but the
+#: vocabulary head.
 PADDING_ROWS_PER_PASS = 10
 
 
