@@ -11,7 +11,13 @@ from hypothesis.stateful import (
     rule,
 )
 
-from superfluid.domain.gates.depth import MATCH_CLASSES, DepthController
+from superfluid.domain.gates.depth import (
+    MATCH_CLASSES,
+    AcceptanceModel,
+    DepthController,
+    DepthMode,
+    power_of_two_rows,
+)
 from superfluid.domain.gates.policy import PLAIN, SpecPolicy
 from superfluid.domain.gates.reprobe import ReprobeOutcome, ReprobeSchedule
 from superfluid.domain.gates.throughput import GateTuning
@@ -308,3 +314,39 @@ def test_the_depth_is_always_within_one_and_the_cap(default, cap, adaptive, seq)
         assert 1 <= controller.choose() <= cap
         assert all(0.0 <= p <= 1.0 for p in controller.conditional_acceptance())
         assert all(controller.step_cost(rows) > 0.0 for rows in range(1, cap + 2))
+
+
+@given(
+    st.integers(2, 8),
+    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 15)), min_size=3, max_size=3),
+    st.lists(st.tuples(st.integers(1, 16), valid_seconds), max_size=10),
+)
+def test_at_several_lanes_the_classes_that_draft_share_one_depth(lane_count, classes, steps):
+    # Each class drafts 15 tokens some number of times, with its own run accepted each time.
+    # One lane: each class its own depth; several: a tick's lanes feed one width (gates/depth.py).
+    candidates = power_of_two_rows(15)
+    shared = AcceptanceModel(15)
+    one = DepthController(
+        default_depth=4, max_depth=15, acceptance=shared, candidates=candidates, may_skip=True
+    )
+    many = DepthController(
+        default_depth=4,
+        max_depth=15,
+        lanes=lane_count,
+        acceptance=shared,
+        candidates=candidates,
+        may_skip=True,
+    )
+    for klass, (count, accepted) in enumerate(classes):
+        for _ in range(count):
+            shared.record(15, accepted, klass)
+    for rows, took in steps:
+        many.record_step(rows, took)
+    assert one.depths() == tuple(one.choose(klass) for klass in range(MATCH_CLASSES))
+    depths = many.depths()
+    drafting = {depth for depth in depths if depth > 0}
+    if all(many.mode_of(k) is DepthMode.TUNED for k, d in enumerate(depths) if d > 0):
+        assert len(drafting) <= 1
+    assert drafting <= set(candidates)
+    # Whether a class drafts at all stays its own call.
+    assert [d > 0 for d in depths] == [many.choose(k) > 0 for k in range(MATCH_CLASSES)]

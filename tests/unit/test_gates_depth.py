@@ -7,6 +7,7 @@ from superfluid.domain.gates.depth import (
     EXPLORE_EVERY,
     MATCH_CLASSES,
     ROUNDS_BEFORE_TUNING,
+    AcceptanceModel,
     DepthController,
     DepthMode,
     best_depth,
@@ -276,3 +277,29 @@ def test_exploration_walks_the_candidates_and_reaches_a_skipped_class():
         controller.record_step(1, 0.01)  # plain steps keep the schedule going
     assert set(proposals) == {0, 1}
     assert proposals.index(1) == EXPLORE_EVERY - 1
+
+
+def test_at_several_lanes_the_drafting_classes_share_the_depth_their_mixture_prices_best():
+    # Bare bigrams never accepted, short matches half the time, long copies always.
+    acceptance = AcceptanceModel(15)
+    for i in range(64):
+        acceptance.record(15, 0, 0)
+        acceptance.record(3, 1 if i % 2 else 3, 1)
+        acceptance.record(15, 15, 2)
+
+    def controller(lanes):
+        return DepthController(
+            default_depth=4,
+            max_depth=15,
+            lanes=lanes,
+            acceptance=acceptance,
+            candidates=power_of_two_rows(15),
+            may_skip=True,
+        )
+
+    four = controller(4)
+    assert [four.best(klass) for klass in range(3)] == [0, 1, 15]  # each class alone
+    assert four.depths() == (0, 15, 15)  # one width for the tick; bigrams still skip
+    assert four.shared_depth([1, 2]) == 15
+    assert controller(8).depths() == (0, 1, 1)  # dearer rows: the unsure class decides
+    assert controller(1).depths() == tuple(controller(1).best(k) for k in range(3))
