@@ -39,8 +39,8 @@ weight again, or are padded with throwaway rows (`adapters/llamacpp/runtime.py`)
 depths (say 1, 0 and 7) make exactly such ticks, so at more than one lane the classes that draft
 share one depth: the candidate that the mixture of their acceptance curves, weighted by how often
 each class drafted lately, prices best. Whether a class drafts at all stays its own call. At one
-lane each class keeps its own depth. (In-process at 8 lanes, fresh copy-heavy prompts, 118.6 →
-135.3 tok/s; over HTTP at 8 clients +4.4% paired, issue 23.)
+lane each class keeps its own depth. (Fresh copy-heavy prompts: in-process at 8 lanes 118.6 →
+135.3 tok/s; over HTTP, paired, 1.22× at 4 clients and 1.04× at 8; ADR 0014.)
 
 Every `EXPLORE_EVERY` recorded steps the controller proposes a neighbour of its best depth
 (alternately deeper and shallower, among the candidates), so a depth whose measurements are stale
