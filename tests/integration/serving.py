@@ -8,6 +8,7 @@ server came up, then stopped) and the lines it printed.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -106,3 +108,9 @@ def startup(
         process.wait(30)
         return None, lines
     return process.wait(30), lines
+
+
+def calls_of(reply: Any) -> list[tuple[str, dict[str, Any]]]:
+    """A chat reply's tool calls as (name, parsed arguments)."""
+    made = reply.choices[0].message.tool_calls or []
+    return [(call.function.name, json.loads(call.function.arguments)) for call in made]

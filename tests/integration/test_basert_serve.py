@@ -18,7 +18,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from superfluid.adapters.fixtures.basert import make_fixtures
-from tests.integration.serving import Server, started
+from tests.integration.serving import Server, calls_of, started
 
 ASK: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "Please write a short summary of the text."}
@@ -176,8 +176,6 @@ def test_tool_calls_through_the_chatml_template_and_a_forced_call(
 ) -> None:
     """The fixture tokenizer has ChatML markers, so the built-in ChatML template shows tools
     (Hermes-style); a named `tool_choice` yields that call whatever the random model writes."""
-    import json
-
     with serving(layout, "target", "--speculate", "auto") as server:
         client, model = server.client(), layout["target"].name
         reply = client.chat.completions.create(
@@ -194,7 +192,6 @@ def test_tool_calls_through_the_chatml_template_and_a_forced_call(
         )
         choice = forced.choices[0]
         assert choice.finish_reason == "tool_calls", choice
-        (call,) = choice.message.tool_calls or []
-        arguments = json.loads(call.function.arguments)
-        assert call.function.name == "open_path"
+        ((name, arguments),) = calls_of(forced)
+        assert name == "open_path"
         assert isinstance(arguments["path"], str) and isinstance(arguments["line"], int)

@@ -16,7 +16,7 @@ if not os.environ.get("CI"):
     pytest.importorskip("mlx_lm", reason="needs the mlx extra (pip install -e '.[mlx]')")
 
 from tests.integration.mlx_models import write_tiny_llama
-from tests.integration.serving import started
+from tests.integration.serving import calls_of, started
 
 MODEL = "tiny-llama-mlx"
 REPEATS = "the quick brown fox jumps over the lazy dog. " * 4
@@ -82,8 +82,6 @@ PATH_TOOL = {
 def test_a_template_without_tools_refuses_them_and_a_forced_call_still_works(server):
     """The tiny model's template shows no tools: `auto` is a 400 that says so, and a named
     `tool_choice` is written by the grammar anyway (random weights, valid arguments)."""
-    import json
-
     port, _ = server
     with pytest.raises(openai.BadRequestError, match="cannot take tools"):
         client(port).chat.completions.create(
@@ -99,6 +97,5 @@ def test_a_template_without_tools_refuses_them_and_a_forced_call_still_works(ser
     )
     choice = reply.choices[0]
     assert choice.finish_reason == "tool_calls", choice
-    (call,) = choice.message.tool_calls or []
-    arguments = json.loads(call.function.arguments)
+    ((_, arguments),) = calls_of(reply)
     assert isinstance(arguments["line"], int) and isinstance(arguments["strict"], bool)

@@ -23,7 +23,7 @@ import pytest
 
 from tests.integration.conftest import model_cache
 from tests.integration.gguf_edit import with_metadata
-from tests.integration.serving import Server, started
+from tests.integration.serving import Server, calls_of, started
 
 pytestmark = pytest.mark.slow
 
@@ -162,11 +162,6 @@ def streamed(server: Server, messages: list[dict[str, Any]], **options: Any) -> 
         **{"tools": [READ, GREP], "max_tokens": 80, **options},
     ) as stream:
         return stream.get_final_completion()
-
-
-def calls_of(reply: Any) -> list[tuple[str, dict[str, Any]]]:
-    made = reply.choices[0].message.tool_calls or []
-    return [(call.function.name, json.loads(call.function.arguments)) for call in made]
 
 
 def test_the_model_calls_a_tool_and_the_client_reads_it(auto: Server) -> None:
