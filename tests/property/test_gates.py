@@ -13,6 +13,7 @@ from hypothesis.stateful import (
 
 from superfluid.domain.gates.depth import (
     MATCH_CLASSES,
+    SHARED_DEPTH_FROM_LANES,
     AcceptanceModel,
     DepthController,
     DepthMode,
@@ -321,9 +322,10 @@ def test_the_depth_is_always_within_one_and_the_cap(default, cap, adaptive, seq)
     st.lists(st.tuples(st.integers(0, 40), st.integers(0, 15)), min_size=3, max_size=3),
     st.lists(st.tuples(st.integers(1, 16), valid_seconds), max_size=10),
 )
-def test_at_several_lanes_the_classes_that_draft_share_one_depth(lane_count, classes, steps):
+def test_from_four_lanes_the_classes_that_draft_share_one_depth(lane_count, classes, steps):
     # Each class drafts 15 tokens some number of times, with its own run accepted each time.
-    # One lane: each class its own depth; several: a tick's lanes feed one width (gates/depth.py).
+    # Below SHARED_DEPTH_FROM_LANES each class its own depth; from it a tick's lanes feed one
+    # width (gates/depth.py).
     candidates = power_of_two_rows(15)
     shared = AcceptanceModel(15)
     one = DepthController(
@@ -345,7 +347,9 @@ def test_at_several_lanes_the_classes_that_draft_share_one_depth(lane_count, cla
     assert one.depths() == tuple(one.choose(klass) for klass in range(MATCH_CLASSES))
     depths = many.depths()
     drafting = {depth for depth in depths if depth > 0}
-    if all(many.mode_of(k) is DepthMode.TUNED for k, d in enumerate(depths) if d > 0):
+    if lane_count < SHARED_DEPTH_FROM_LANES:
+        assert depths == tuple(many.choose(klass) for klass in range(MATCH_CLASSES))
+    elif all(many.mode_of(k) is DepthMode.TUNED for k, d in enumerate(depths) if d > 0):
         assert len(drafting) <= 1
     assert drafting <= set(candidates)
     # Whether a class drafts at all stays its own call.

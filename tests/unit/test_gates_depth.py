@@ -279,7 +279,7 @@ def test_exploration_walks_the_candidates_and_reaches_a_skipped_class():
     assert proposals.index(1) == EXPLORE_EVERY - 1
 
 
-def test_at_several_lanes_the_drafting_classes_share_the_depth_their_mixture_prices_best():
+def test_from_four_lanes_the_drafting_classes_share_the_depth_their_mixture_prices_best():
     # Bare bigrams never accepted, short matches half the time, long copies always.
     acceptance = AcceptanceModel(15)
     for i in range(64):
@@ -302,4 +302,7 @@ def test_at_several_lanes_the_drafting_classes_share_the_depth_their_mixture_pri
     assert four.depths() == (0, 15, 15)  # one width for the tick; bigrams still skip
     assert four.shared_depth([1, 2]) == 15
     assert controller(8).depths() == (0, 1, 1)  # dearer rows: the unsure class decides
-    assert controller(1).depths() == tuple(controller(1).best(k) for k in range(3))
+    for lanes in (1, 2, 3):  # below SHARED_DEPTH_FROM_LANES each class keeps its own depth
+        alone = controller(lanes)
+        assert alone.depths() == tuple(alone.best(k) for k in range(3))
+    assert len(set(controller(2).depths()) - {0}) == 2  # two widths in one tick at 2 lanes

@@ -33,14 +33,16 @@ put.
 With `may_skip`, k = 0 (no draft) is a candidate too: a class whose drafts do not pay for their
 rows stops drafting, which is what happens to bare two-token matches on this machine.
 
-**One depth per tick at several lanes.** A batched verify step is as wide as its widest lane:
+**One depth per tick from 4 lanes.** A batched verify step is as wide as its widest lane:
 on llama.cpp, lanes that feed different widths split the step into passes that each read every
 weight again, or are padded with throwaway rows (`adapters/llamacpp/runtime.py`). Per-class
-depths (say 1, 0 and 7) make exactly such ticks, so at more than one lane the classes that draft
-share one depth: the candidate that the mixture of their acceptance curves, weighted by how often
-each class drafted lately, prices best. Whether a class drafts at all stays its own call. At one
-lane each class keeps its own depth. (Fresh copy-heavy prompts: in-process at 8 lanes 118.6 →
-135.3 tok/s; over HTTP, paired, 1.22× at 4 clients and 1.04× at 8; ADR 0014.)
+depths (say 1, 0 and 7) make exactly such ticks, so from `SHARED_DEPTH_FROM_LANES` lanes on the
+classes that draft share one depth: the candidate that the mixture of their acceptance curves,
+weighted by how often each class drafted lately, prices best. Whether a class drafts at all stays
+its own call. Below that each class keeps its own depth: at 2 lanes a split pass costs less than
+drafting every class to one depth. (Fresh copy-heavy prompts: in-process at 8 lanes 118.6 →
+135.3 tok/s; over HTTP, paired, 1.22× at 4 clients and 1.04× at 8; at 2 lanes it lost 4-7%
+in-process; ADR 0014.)
 
 Every `EXPLORE_EVERY` recorded steps the controller proposes a neighbour of its best depth
 (alternately deeper and shallower, among the candidates), so a depth whose measurements are stale
@@ -80,6 +82,11 @@ MATCH_CLASS_STARTS = (3, 8)
 
 #: How many match classes a controller keeps.
 MATCH_CLASSES = len(MATCH_CLASS_STARTS) + 1
+
+#: From this many lanes on, the classes that draft share one depth per tick (`depths`). Below it
+#: each class keeps its own: at 2 lanes the shared depth lost 4-7% in-process (paired, long-prompt
+#: and open-ended) and the served 2-client cells fell with it; at 4 and 8 it won (ADR 0014).
+SHARED_DEPTH_FROM_LANES = 4
 
 
 def match_class(match_length: int | None) -> int:
@@ -312,10 +319,11 @@ class DepthController:
 
     def depths(self, classes: int = MATCH_CLASSES) -> tuple[int, ...]:
         """The depth for each of the first `classes` match classes: what `choose` answers, except
-        that at several lanes the tuned classes that draft share one depth (`shared_depth`)."""
+        that from `SHARED_DEPTH_FROM_LANES` lanes on the tuned classes that draft share one depth
+        (`shared_depth`)."""
         own = tuple(self.choose(klass) for klass in range(classes))
         drafting = [klass for klass in range(classes) if own[klass] > 0]
-        if self._lanes == 1 or len(drafting) < 2:
+        if self._lanes < SHARED_DEPTH_FROM_LANES or len(drafting) < 2:
             return own
         if any(self.mode_of(klass) is not DepthMode.TUNED for klass in drafting):
             return own
