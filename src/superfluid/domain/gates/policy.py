@@ -13,7 +13,8 @@ Who decides what:
 - the depth controller (per lane count) picks the depth when speculating, per match class (how
   sure a draft is; a drafter without match lengths has one class), among depths whose verify
   step carries a power-of-two number of rows, or no draft for a class whose drafts do not pay;
-  from 4 lanes on the classes that draft share one depth, so a tick's lanes feed one width;
+  from `SHARED_DEPTH_FROM_LANES` (4) lanes on the classes that draft share one depth, so a
+  tick's lanes feed one width;
   it prices drafts with one step-cost table per model, keyed by a step's total rows (every lane
   count's ticks measure it: see `gates/step_cost.py`), and learns acceptance per match class
   once per model (`AcceptanceModel`), so a lane count reached for the first time picks its
