@@ -85,7 +85,8 @@ MATCH_CLASSES = len(MATCH_CLASS_STARTS) + 1
 
 #: From this many lanes on, the classes that draft share one depth per tick (`depths`). Below it
 #: each class keeps its own: at 2 lanes the shared depth lost 4-7% in-process (paired, long-prompt
-#: and open-ended) and the served 2-client cells fell with it; at 4 and 8 it won (ADR 0014).
+#: and open-ended) and the served 2-client cells fell with it, at 3 lanes 18% on copy-heavy; at
+#: 4 and 8 it won (ADR 0014).
 SHARED_DEPTH_FROM_LANES = 4
 
 
