@@ -453,8 +453,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.from_raw is not None:
         saved = json.loads(args.from_raw.read_text())
         shown = " ".join(argv if argv is not None else sys.argv[1:])
+        kept = list(saved["header"])
+        while kept and not kept[-1]:  # the saved header ends in a blank line; the note joins it
+            kept.pop()
         header = [
-            *[line for line in saved["header"] if line],
+            *kept,
             f"- report written again with `.venv/bin/python -m bench.oracle_ceiling {shown}`",
             "",
         ]
