@@ -138,3 +138,71 @@ def test_a_cancelled_waiting_request_ends_before_a_lane_frees():
         (waiting.id, Finish.CANCELLED)
     ]
     assert executor.waiting == 0 and executor.active_lanes == 1
+
+
+# -- the throughput gate's verdicts in the log --------------------------------------------------
+
+
+def speculating_host(tuning):
+    from superfluid.application.drafting import PromptLookupDrafter
+    from superfluid.domain.gates.policy import SpecPolicy
+    from superfluid.domain.spec_settings import SpecSettings
+    from superfluid.domain.strategies import Strategy
+
+    runtime = FakeRuntime(FakeModel(eos=False))
+    policy = SpecPolicy(SpecSettings(min_yield=0.0, adaptive=False), default_depth=4, tuning=tuning)
+    drafter = PromptLookupDrafter()
+    executor = Executor(
+        runtime, max_lanes=1, clock=time.perf_counter, drafter=drafter, policy=policy
+    )
+    registration = Registration(Strategy.PROMPT_LOOKUP, drafter, ())
+    return ModelHost("m", runtime, registration, policy, executor)
+
+
+def test_each_throughput_verdict_is_logged_once_with_what_it_measured(service, caplog):
+    from superfluid.domain.gates.throughput import GateTuning
+
+    caplog.set_level("INFO", logger="superfluid")
+    model_host = speculating_host(
+        GateTuning(probe_ticks=2, window_ticks=1000, early_stop_ticks=100, settle_ticks=12)
+    )
+    svc = service(model_host)
+    sink = Collector()
+    # A repeating prompt, so prompt-lookup drafts and the gate has something to compare.
+    svc.submit(model_host, GenerationRequest([5, 6, 7, 8] * 8, GREEDY, 60), sink)
+    assert sink.done.wait(10)
+
+    def gate_lines():
+        return [r.getMessage() for r in caplog.records if "throughput gate" in r.getMessage()]
+
+    from superfluid.application.service import describe_verdict
+
+    lines = gate_lines()
+    assert lines, "the gate decided at 1 lane, so the log says so"
+    assert all(line.startswith("m: throughput gate at 1 lane: ") for line in lines)
+    assert lines[-1] == "m: " + describe_verdict(1, model_host.policy.verdicts()[1])
+    # A request too short for another decision logs nothing more: a verdict is said once.
+    again = Collector()
+    svc.submit(model_host, GenerationRequest([5, 6, 7, 8] * 8, GREEDY, 3), again)
+    assert again.done.wait(10)
+    assert gate_lines() == lines
+
+
+def test_a_verdict_reads_as_one_line_that_says_what_was_compared():
+    from superfluid.application.service import describe_verdict
+    from superfluid.domain.gates.throughput import ThroughputVerdict
+
+    won = ThroughputVerdict(True, 91.04, 61.3, spec_ticks=24, plain_ticks=30)
+    assert describe_verdict(8, won) == (
+        "throughput gate at 8 lanes: speculate "
+        "(drafting 91.0 tok/s over 24 ticks, plain 61.3 over 30)"
+    )
+    lost = ThroughputVerdict(False, 50.0, 60.0, spec_ticks=48, plain_ticks=48, wait=64)
+    assert describe_verdict(1, lost).startswith(
+        "throughput gate at 1 lane: plain, re-probe after 64 requests (drafting 50.0"
+    )
+    final = ThroughputVerdict(False, 0.0, 44.0, plain_ticks=12, at_deadline=True)
+    assert describe_verdict(2, final) == (
+        "throughput gate at 2 lanes: plain for good (re-probing is off) "
+        "(nothing drafted to measure; plain 44.0 tok/s; the probe ran out of ticks)"
+    )

@@ -27,6 +27,7 @@ from superfluid.application.ports import Capabilities, Runtime
 from superfluid.application.registration import Registration
 from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.gates.throughput import ThroughputVerdict
 from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
 from superfluid.domain.tool_calls import ToolFamily
 
@@ -120,6 +121,8 @@ class _Worker:
     #: request id -> (its sink, tokens delivered so far)
     sinks: dict[int, tuple[Sink, int]] = field(default_factory=dict)
     abandonment_logged: bool = False
+    #: lane count -> the throughput verdict last logged there
+    verdicts_logged: dict[int, ThroughputVerdict] = field(default_factory=dict)
 
 
 class UnknownModel(LookupError):
@@ -211,6 +214,7 @@ class GenerationService:
             for event in events:
                 self._deliver(worker, event)
             _log_abandonment(worker)
+            _log_verdicts(worker)
             report = executor.last_tick
             if self._observer is not None and report is not None:
                 self._observer.tick(host.name, report, executor.active_lanes)
@@ -248,6 +252,40 @@ class GenerationService:
             self._deliver(worker, Committed(request_id, (), SpecStats(), Finish.ERROR, why))
         # No lane survives an executor failure: free every sequence and start over.
         worker.host.executor.abort_all()
+
+
+def _log_verdicts(worker: _Worker) -> None:
+    """Say each throughput-gate decision when it is made, with the rates it compared and how
+    many ticks each was measured over: the gate's verdicts are what an operator asks about when
+    speculation is on and a lane count decodes plainly (or the other way round)."""
+    policy = worker.host.policy
+    if policy is None:
+        return
+    for lane_count, verdict in policy.verdicts().items():
+        if worker.verdicts_logged.get(lane_count) is verdict:
+            continue
+        worker.verdicts_logged[lane_count] = verdict
+        log.info("%s: %s", worker.host.name, describe_verdict(lane_count, verdict))
+
+
+def describe_verdict(lane_count: int, verdict: ThroughputVerdict) -> str:
+    lanes = f"{lane_count} lane{'s' if lane_count > 1 else ''}"
+    if verdict.speculate:
+        outcome = "speculate"
+    elif verdict.wait is None:
+        outcome = "plain for good (re-probing is off)"
+    else:
+        outcome = f"plain, re-probe after {verdict.wait} requests"
+    if verdict.spec_ticks == 0:
+        measured = f"nothing drafted to measure; plain {verdict.plain_rate:.1f} tok/s"
+    else:
+        measured = (
+            f"drafting {verdict.spec_rate:.1f} tok/s over {verdict.spec_ticks} ticks, "
+            f"plain {verdict.plain_rate:.1f} over {verdict.plain_ticks}"
+        )
+    if verdict.at_deadline:
+        measured += "; the probe ran out of ticks"
+    return f"throughput gate at {lanes}: {outcome} ({measured})"
 
 
 def _log_abandonment(worker: _Worker) -> None:

@@ -43,7 +43,12 @@ from superfluid.domain.gates.depth import (
     power_of_two_rows,
 )
 from superfluid.domain.gates.step_cost import StepCosts
-from superfluid.domain.gates.throughput import GateTuning, Phase, ThroughputGate
+from superfluid.domain.gates.throughput import (
+    GateTuning,
+    Phase,
+    ThroughputGate,
+    ThroughputVerdict,
+)
 from superfluid.domain.gates.yield_floor import RequestYield, StrategyStanding, YieldFloor
 from superfluid.domain.spec_settings import MAX_DRAFT_TOKENS, SpecSettings
 
@@ -198,6 +203,15 @@ class SpecPolicy:
                 )
             )
         return views
+
+    def verdicts(self) -> dict[int, ThroughputVerdict]:
+        """Each lane count's latest throughput verdict (read without creating any state)."""
+        gates = dict(self._gates)
+        return {
+            lane_count: gate.last_verdict
+            for lane_count, gate in sorted(gates.items())
+            if gate.last_verdict is not None
+        }
 
     def lane_counts(self) -> list[int]:
         """Lane counts that have state (for /metrics and the log)."""

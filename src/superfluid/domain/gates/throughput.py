@@ -107,11 +107,16 @@ class Phase(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ThroughputVerdict:
-    """One decision, kept for logs and /metrics."""
+    """One decision, kept for logs and /metrics: the rates compared, and over how many ticks
+    each was measured (a verdict on a handful of ticks is one to distrust)."""
 
     speculate: bool
     spec_rate: float
     plain_rate: float
+    spec_ticks: int = 0
+    plain_ticks: int = 0
+    wait: int | None = None  # requests until the re-probe, after a loss that re-probes
+    at_deadline: bool = False  # decided by the settling deadline
 
 
 def _measurable(committed: int, seconds: float) -> bool:
@@ -256,14 +261,12 @@ class ThroughputGate:
         elif plain_done:
             self._phase = Phase.PROBE_SPEC
 
+    def _wins(self) -> bool:
+        return self._spec.at_least(self.min_speedup, self._plain)
+
     def _decide(self) -> None:
-        speculate = self._spec.at_least(self.min_speedup, self._plain)
-        self.last_verdict = ThroughputVerdict(
-            speculate=speculate,
-            spec_rate=self._spec.rate or 0.0,
-            plain_rate=self._plain.rate or 0.0,
-        )
-        if speculate:
+        if self._wins():
+            self._verdict(speculate=True)
             self.schedule.on_win()
             self._plain_reference = self._plain
             self._window = RateSample()
@@ -273,19 +276,29 @@ class ThroughputGate:
 
     def _give_up(self) -> None:
         """End the probe as a loss without a comparison (nothing drafted to compare)."""
-        self.last_verdict = ThroughputVerdict(
-            speculate=False, spec_rate=self._spec.rate or 0.0, plain_rate=self._plain.rate or 0.0
-        )
         self._lose()
 
     def _lose(self) -> None:
         outcome, wait = self.schedule.on_loss()
         if outcome is ReprobeOutcome.FINAL:
+            self._verdict(speculate=False)
             self._phase = Phase.FINAL_PLAIN
             return
         self.last_wait = wait
+        self._verdict(speculate=False, wait=wait)
         self._reprobe_at = self._requests_seen + wait
         self._phase = Phase.PLAIN
+
+    def _verdict(self, *, speculate: bool, wait: int | None = None) -> None:
+        self.last_verdict = ThroughputVerdict(
+            speculate=speculate,
+            spec_rate=self._spec.rate or 0.0,
+            plain_rate=self._plain.rate or 0.0,
+            spec_ticks=self._spec.ticks,
+            plain_ticks=self._plain.ticks,
+            wait=wait,
+            at_deadline=self._probe_ticks >= self.tuning.settle_ticks,
+        )
 
     def _check_window(self) -> None:
         window, tuning = self._window, self.tuning
