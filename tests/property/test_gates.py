@@ -21,7 +21,7 @@ from superfluid.domain.gates.depth import (
 )
 from superfluid.domain.gates.policy import PLAIN, SpecPolicy
 from superfluid.domain.gates.reprobe import ReprobeOutcome, ReprobeSchedule
-from superfluid.domain.gates.throughput import GateTuning
+from superfluid.domain.gates.throughput import GateTuning, ThroughputGate
 from superfluid.domain.spec_settings import SpecSettings
 
 LANE_COUNTS = (1, 2, 3)
@@ -354,3 +354,44 @@ def test_from_four_lanes_the_classes_that_draft_share_one_depth(lane_count, clas
     assert drafting <= set(candidates)
     # Whether a class drafts at all stays its own call.
     assert [d > 0 for d in depths] == [many.choose(k) > 0 for k in range(MATCH_CLASSES)]
+
+
+# -- one throughput gate, ticks of any shape ---------------------------------------------------
+
+gate_ticks = st.lists(
+    st.tuples(st.booleans(), st.integers(0, 40), valid_seconds), min_size=1, max_size=400
+)
+
+
+@given(
+    st.builds(
+        GateTuning,
+        probe_ticks=st.integers(1, 8),
+        early_stop_ticks=st.integers(1, 16),
+        settle_ticks=st.integers(1, 120),
+        evidence=st.sampled_from([0.0, 1.0, 2.0, 3.0]),
+    ),
+    gate_ticks,
+)
+def test_a_probe_settles_by_its_deadline_and_a_loss_before_it_rests_on_enough_speculation(
+    tuning, ticks
+):
+    gate = ThroughputGate(min_speedup=1.08, reprobe=32, reprobe_max=1024, tuning=tuning)
+    last = None
+    for probe_ticks, (drafted, committed, took) in enumerate(ticks, start=1):
+        if not gate.probing:
+            break
+        if drafted:
+            gate.record_spec_tick(committed, took)
+        else:
+            gate.record_plain_tick(committed, took)
+        assert probe_ticks < tuning.settle_ticks or not gate.probing  # the deadline holds
+        last = gate.last_verdict
+    if last is None:
+        return
+    # A verdict before the deadline is a full probe's: both samples at least a probe long; a
+    # loss there also rests on at least the early stop's count of speculating ticks.
+    if not last.at_deadline and last.spec_ticks:
+        assert min(last.spec_ticks, last.plain_ticks) >= tuning.probe_ticks
+        if not last.speculate:
+            assert last.spec_ticks >= tuning.early_stop_ticks

@@ -18,7 +18,8 @@ def make_policy(settings=None, **kwargs):
 
 def lose_at(policy, lanes):
     """Drive one lane count's gate to a loss: speculation at half the plain rate."""
-    for _ in range(TUNING.probe_ticks + 1):  # + the warm-up tick
+    # A loss rests on at least the early stop's count of speculating ticks; + the warm-up tick.
+    for _ in range(max(TUNING.probe_ticks, TUNING.early_stop_ticks) + 1):
         policy.record_spec_tick(lanes, drafted=4 * lanes, committed=lanes, seconds=0.02, rows=5)
     for _ in range(TUNING.probe_ticks):
         policy.record_plain_tick(lanes, committed=lanes, seconds=0.01)

@@ -1,8 +1,10 @@
 """The throughput gate at one lane count, driven by scripted tick timings."""
 
+import math
+
 import pytest
 
-from superfluid.domain.gates.throughput import GateTuning, Phase, ThroughputGate
+from superfluid.domain.gates.throughput import GateTuning, Phase, RateSample, ThroughputGate
 
 TUNING = GateTuning(probe_ticks=4, window_ticks=20, early_stop_ticks=6, early_stop_ratio=0.9)
 
@@ -33,8 +35,16 @@ def probe(gate, spec_tokens, spec_seconds):
     plain_ticks(gate, TUNING.probe_ticks)
 
 
+def probe_until_decided(gate, spec_tokens, spec_seconds):
+    """A probe, then another probe's worth each way for as long as the gate asks for more."""
+    probe(gate, spec_tokens, spec_seconds)
+    while gate.probing:
+        spec_ticks(gate, TUNING.probe_ticks, spec_tokens, spec_seconds)
+        plain_ticks(gate, TUNING.probe_ticks)
+
+
 def lose(gate):
-    probe(gate, spec_tokens=2, spec_seconds=0.020)  # 100 tokens/s against 200
+    probe_until_decided(gate, spec_tokens=2, spec_seconds=0.020)  # 100 tokens/s against 200
 
 
 def win(gate):
@@ -91,7 +101,7 @@ def test_speculation_slower_than_plain_decodes_plainly():
 
 def test_speculation_faster_but_not_by_min_speedup_decodes_plainly():
     gate = make_gate()
-    probe(gate, spec_tokens=2, spec_seconds=0.0095)  # 1.05x plain, below 1.08x
+    probe_until_decided(gate, spec_tokens=2, spec_seconds=0.0095)  # 1.05x plain, below 1.08x
     assert gate.phase is Phase.PLAIN
 
 
@@ -269,3 +279,103 @@ def test_the_deadline_restarts_with_every_probe():
     assert gate.phase is Phase.PROBE_PLAIN
     plain_ticks(gate, 1)
     assert gate.phase is Phase.SPECULATE
+
+
+# -- evidence ---------------------------------------------------------------------------------
+
+
+def test_a_loss_measures_as_much_speculation_as_an_early_stop_needs():
+    # A loss is corrected only after `reprobe` requests, a win within its window, so a loss
+    # rests on at least the early stop's count of speculating ticks.
+    gate = make_gate()
+    probe(gate, spec_tokens=2, spec_seconds=0.020)  # 4 ticks at half plain's rate
+    assert gate.probing and gate.phase is Phase.PROBE_SPEC
+    spec_ticks(gate, TUNING.probe_ticks, 2, 0.020)
+    assert gate.phase is Phase.PROBE_PLAIN
+    plain_ticks(gate, TUNING.probe_ticks)
+    assert gate.phase is Phase.PLAIN
+    verdict = gate.last_verdict
+    assert verdict is not None and not verdict.speculate
+    assert verdict.spec_ticks == 2 * TUNING.probe_ticks >= TUNING.early_stop_ticks
+    assert verdict.plain_ticks == 2 * TUNING.probe_ticks
+    assert verdict.wait == 32 and not verdict.at_deadline
+
+
+def test_a_clear_win_decides_on_one_probe():
+    gate = make_gate()
+    win(gate)
+    verdict = gate.last_verdict
+    assert verdict is not None and verdict.speculate
+    assert (verdict.spec_ticks, verdict.plain_ticks) == (TUNING.probe_ticks, TUNING.probe_ticks)
+    assert verdict.wait is None
+
+
+def noisy_spec_ticks(gate, count):
+    """Speculating ticks of 1 and 5 tokens in turn, 10 ms each: 300 tokens/s on average,
+    1.5x plain, but from ticks that say 100 or 500."""
+    for i in range(count):
+        gate.record_spec_tick(1 if i % 2 == 0 else 5, 0.010)
+
+
+def test_a_close_call_measures_on_until_the_evidence_is_clear():
+    gate = make_gate()
+    gate.record_spec_tick(5, 0.010)  # warm-up
+    noisy_spec_ticks(gate, TUNING.probe_ticks)
+    plain_ticks(gate, TUNING.probe_ticks)
+    assert gate.probing  # 1.5x on four ticks that swing by 5x settles nothing
+    for _ in range(20):
+        if not gate.probing:
+            break
+        noisy_spec_ticks(gate, TUNING.probe_ticks)
+        plain_ticks(gate, TUNING.probe_ticks)
+    assert gate.phase is Phase.SPECULATE
+    verdict = gate.last_verdict
+    assert verdict is not None and verdict.speculate and not verdict.at_deadline
+    # log(1.5 / 1.08) ≈ 0.33 is two standard errors once the sample has about 20 ticks.
+    assert 16 < verdict.spec_ticks <= 24
+
+
+def test_a_close_call_still_settles_at_the_deadline():
+    gate = make_gate(tuning=GateTuning(probe_ticks=4, early_stop_ticks=6, settle_ticks=40))
+    gate.record_spec_tick(5, 0.010)
+    while gate.probing:
+        noisy_spec_ticks(gate, 4)
+        plain_ticks(gate, 4)
+    verdict = gate.last_verdict
+    assert verdict is not None and verdict.speculate and verdict.at_deadline
+    assert verdict.spec_ticks + verdict.plain_ticks < 40
+
+
+def test_evidence_zero_decides_as_soon_as_both_samples_are_full():
+    gate = make_gate(tuning=GateTuning(probe_ticks=4, early_stop_ticks=6, evidence=0.0))
+    gate.record_spec_tick(5, 0.010)
+    noisy_spec_ticks(gate, 4)
+    plain_ticks(gate, 4)
+    assert gate.phase is Phase.SPECULATE
+
+
+@pytest.mark.parametrize("evidence", [-1.0, math.inf, math.nan])
+def test_evidence_must_be_a_finite_non_negative_number(evidence):
+    with pytest.raises(ValueError):
+        GateTuning(evidence=evidence)
+
+
+def test_a_steady_rate_has_no_variance_and_too_few_ticks_have_no_estimate():
+    steady = RateSample()
+    for _ in range(5):
+        steady = steady.plus(3, 0.01)
+    assert steady.relative_variance() == pytest.approx(0.0, abs=1e-12)
+    assert RateSample().plus(3, 0.01).relative_variance() == math.inf
+    assert RateSample().plus(0, 0.01).plus(0, 0.01).relative_variance() == math.inf
+
+
+def test_the_relative_variance_is_the_ratio_estimators():
+    ticks = [(1, 0.010), (5, 0.012), (2, 0.009), (9, 0.030)]
+    sample = RateSample()
+    for tokens, seconds in ticks:
+        sample = sample.plus(tokens, seconds)
+    n = len(ticks)
+    total_tokens = sum(t for t, _ in ticks)
+    rate = total_tokens / sum(s for _, s in ticks)
+    residuals = sum((t - rate * s) ** 2 for t, s in ticks)
+    assert sample.relative_variance() == pytest.approx(residuals * n / ((n - 1) * total_tokens**2))

@@ -31,6 +31,20 @@ waits for 48 drafted ticks for the same reason: a window that opens on an edit i
 strategy that stopped paying, and a stop costs a re-check and possibly 32 requests of plain
 decoding.
 
+Evidence. A full probe decides only when its figures settle the question: the log of
+spec_rate / (min_speedup × plain_rate) must lie `evidence` (2) standard errors from zero, the
+errors of the two rates estimated from their ticks (`RateSample.relative_variance`). A close
+call measures another probe's worth each way. And a loss must rest on at least as many
+speculating ticks as an early stop (48): a wrong win is corrected within its window, a wrong
+loss only after `reprobe` requests (32), so a loss needs the firmer evidence. Measured over
+HTTP on fresh open-ended prompts at 2 clients, where speculation runs 1.3-1.5x plain: before,
+2 server lives in 12 sent the lane count to plain on 24 speculating ticks taken before the
+replies started repeating (39.1 against 43.1 tok/s plain; 54.2 against 52.6); the evidence rule
+alone still lost 2 lives in 14 that way, and with the loss's floor 8 lives in 8 speculated (one
+after 72 speculating ticks: 49.1 against 56.4 on its first 24, 63.6 against 52.8 in the end).
+Where speculation does lose (8 clients on copy-heavy: 106.2 against 111.8) the verdict came 24
+speculating ticks later, about one tick's time lost.
+
 Settling. A lane count's probe ends within `settle_ticks` ticks at that lane count (every tick
 counts, measured or not), so a server that has served a bounded number of requests there has
 decided (issue 23: at 8 clients most lane counts were still probing after the whole cell). A
@@ -61,6 +75,7 @@ class GateTuning:
     early_stop_ticks: int = 48
     early_stop_ratio: float = 0.9
     settle_ticks: int = 192
+    evidence: float = 2.0
 
     def __post_init__(self) -> None:
         if (
@@ -70,18 +85,31 @@ class GateTuning:
             or self.settle_ticks < 1
         ):
             raise ValueError("gate tick counts must be at least 1")
+        if not (math.isfinite(self.evidence) and self.evidence >= 0.0):
+            raise ValueError("the gate's evidence must be a finite number of at least 0")
 
 
 @dataclass(frozen=True, slots=True)
 class RateSample:
-    """Tokens committed over seconds of decode time, accumulated over some ticks."""
+    """Tokens committed over seconds of decode time, accumulated over some ticks, with the
+    second moments that say how far the rate can be trusted (`relative_variance`)."""
 
     ticks: int = 0
     tokens: int = 0
     seconds: float = 0.0
+    tokens_squared: float = 0.0
+    seconds_squared: float = 0.0
+    tokens_seconds: float = 0.0
 
     def plus(self, tokens: int, seconds: float) -> RateSample:
-        return RateSample(self.ticks + 1, self.tokens + tokens, self.seconds + seconds)
+        return RateSample(
+            self.ticks + 1,
+            self.tokens + tokens,
+            self.seconds + seconds,
+            self.tokens_squared + tokens * tokens,
+            self.seconds_squared + seconds * seconds,
+            self.tokens_seconds + tokens * seconds,
+        )
 
     @property
     def rate(self) -> float | None:
@@ -90,6 +118,21 @@ class RateSample:
     def at_least(self, factor: float, other: RateSample) -> bool:
         """self.rate ≥ factor × other.rate, cross-multiplied (both have seconds > 0)."""
         return self.tokens * other.seconds >= factor * other.tokens * self.seconds
+
+    def relative_variance(self) -> float:
+        """Var(rate) / rate², the ratio estimator's (delta method): the residuals
+        e_i = tokens_i − rate·seconds_i of the ticks give Var ≈ n·Σe² / ((n−1)·(Σseconds)²).
+        Infinite below two ticks or without tokens: nothing is known yet."""
+        if self.ticks < 2 or self.tokens <= 0 or self.seconds <= 0.0:
+            return math.inf
+        rate = self.tokens / self.seconds
+        residuals = (
+            self.tokens_squared
+            - 2.0 * rate * self.tokens_seconds
+            + rate * rate * self.seconds_squared
+        )
+        n = self.ticks
+        return max(residuals, 0.0) * n / ((n - 1) * self.tokens * self.tokens)
 
 
 class Phase(enum.Enum):
@@ -116,7 +159,7 @@ class ThroughputVerdict:
     spec_ticks: int = 0
     plain_ticks: int = 0
     wait: int | None = None  # requests until the re-probe, after a loss that re-probes
-    at_deadline: bool = False  # decided by the settling deadline
+    at_deadline: bool = False  # decided by the settling deadline, the evidence still unclear
 
 
 def _measurable(committed: int, seconds: float) -> bool:
@@ -148,6 +191,7 @@ class ThroughputGate:
         self._requests_seen = requests_seen
         self._reprobe_at: int | None = None
         self._probe_ticks = 0  # ticks seen since this probe began (the settling deadline)
+        self._needed = self.tuning.probe_ticks  # ticks each way before this probe may decide
         self.last_wait: int | None = None  # requests waited after the latest loss
         self.last_verdict: ThroughputVerdict | None = None
 
@@ -232,6 +276,7 @@ class ThroughputGate:
             self._plain = RateSample()
             self._reprobe_at = None
             self._probe_ticks = 0
+            self._needed = self.tuning.probe_ticks
             self._phase = Phase.WARM_UP
 
     # -- internals -----------------------------------------------------------------------------
@@ -251,15 +296,26 @@ class ThroughputGate:
         return True
 
     def _advance_probe(self) -> None:
-        enough = self.tuning.probe_ticks
-        spec_done = self._spec.ticks >= enough
-        plain_done = self._plain.ticks >= enough
-        if spec_done and plain_done:
-            self._decide()
-        elif spec_done:
-            self._phase = Phase.PROBE_PLAIN
-        elif plain_done:
-            self._phase = Phase.PROBE_SPEC
+        needed = self._needed
+        if self._spec.ticks >= needed and self._plain.ticks >= needed:
+            if self._clear() and (self._wins() or self._spec.ticks >= self.tuning.early_stop_ticks):
+                self._decide()
+                return
+            # A close call, or a loss on less speculation than an early stop needs: another
+            # probe's worth each way (the settling deadline still holds).
+            self._needed += self.tuning.probe_ticks
+        self._phase = Phase.PROBE_SPEC if self._spec.ticks < self._needed else Phase.PROBE_PLAIN
+
+    def _clear(self) -> bool:
+        """Whether the measured rates settle the question: their log-ratio (against the
+        speed-up asked for) lies `evidence` standard errors or more from zero. On fewer ticks a
+        verdict is a coin toss where the two are close; the settling deadline bounds the wait."""
+        spec, plain = self._spec.rate, self._plain.rate
+        if spec is None or plain is None or spec <= 0.0 or plain <= 0.0:
+            return True  # nothing committed on a side: no amount of waiting makes it closer
+        gap = math.log(spec / (self.min_speedup * plain))
+        spread = self._spec.relative_variance() + self._plain.relative_variance()
+        return gap * gap >= self.tuning.evidence**2 * spread
 
     def _wins(self) -> bool:
         return self._spec.at_least(self.min_speedup, self._plain)
@@ -312,4 +368,5 @@ class ThroughputGate:
             self._plain = RateSample()
             self._window = RateSample()
             self._probe_ticks = 0
+            self._needed = self.tuning.probe_ticks
             self._phase = Phase.PROBE_PLAIN
