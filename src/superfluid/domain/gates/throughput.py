@@ -258,7 +258,7 @@ class ThroughputGate:
     def decline(self) -> None:
         """Nothing would draft at this lane count: a probe in progress ends as a loss."""
         if self.probing:
-            self._give_up()
+            self._lose()
 
     @property
     def probing(self) -> bool:
@@ -292,7 +292,7 @@ class ThroughputGate:
         if self._spec.ticks and self._plain.ticks:
             self._decide()
         else:
-            self._give_up()
+            self._lose()  # nothing drafted to compare: a loss without a comparison
         return True
 
     def _advance_probe(self) -> None:
@@ -328,10 +328,6 @@ class ThroughputGate:
             self._window = RateSample()
             self._phase = Phase.SPECULATE
             return
-        self._lose()
-
-    def _give_up(self) -> None:
-        """End the probe as a loss without a comparison (nothing drafted to compare)."""
         self._lose()
 
     def _lose(self) -> None:
