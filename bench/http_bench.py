@@ -21,7 +21,7 @@ superfluid (multi-turn included) and llama-cpp-python, about 13 per llama-server
 Reports end-to-end rates (prefill included) and decode-only rates (after the first content
 chunk). Writes `README.md` (tables, targets, machine, commands), `throughput.png` and
 `http_bench.raw.json` into `--out` (default `docs/benchmarks/`; `/tmp/superfluid-http-bench/quick`
-with `--quick`). Method: docs/benchmarks/README.md, section "Method" (bench/http_report.py).
+with `--quick`); `--from-raw RAW` rewrites the report and copies RAW beside it. Method: docs/benchmarks/README.md, section "Method" (bench/http_report.py).
 
 Before measuring, waits (up to `--wait-max` seconds) for the 1-minute load average to fall below
 `--wait-load`, since other work on a 2-core machine moves every figure.
@@ -38,6 +38,7 @@ import itertools
 import os
 import platform
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -743,10 +744,21 @@ def write_report(results: Results, out: Path) -> None:
     log(f"wrote {out / 'README.md'}" + (f" and {out / picture}" if picture else ""))
 
 
+def report_from_raw(raw: Path, out: Path) -> None:
+    """Rewrite the report from a saved run, and put that run's raw beside it: readers of
+    `--out` (oracle_ceiling's `--http-raw`) must find the run the report shows, not an older one."""
+    results = Results.load(raw)
+    out.mkdir(parents=True, exist_ok=True)
+    kept = out / "http_bench.raw.json"
+    if not kept.exists() or not kept.samefile(raw):
+        shutil.copyfile(raw, kept)
+    write_report(results, out)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.from_raw is not None:
-        write_report(Results.load(args.from_raw), args.out)
+        report_from_raw(args.from_raw, args.out)
         return
     model = (args.model or default_model()).expanduser().resolve()
     wait_for_quiet(args.wait_load, args.wait_max)

@@ -394,3 +394,18 @@ def test_multi_turn_reports_session_time_and_later_turn_ttft_against_their_targe
 def test_a_single_turn_cell_has_no_session_figures():
     cell = synthetic_results().cell(AUTO, "copy-heavy", 0.0, 1)
     assert cell is not None and cell.session_seconds is None and cell.later_ttft is None
+
+
+def test_a_report_rewritten_from_a_raw_keeps_that_raw_beside_it(tmp_path: Path):
+    from bench.http_bench import main
+
+    saved = tmp_path / "elsewhere.raw.json"
+    synthetic_results().save(saved)
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "http_bench.raw.json").write_text("{}")  # an older run's raw
+    main(["--from-raw", str(saved), "--out", str(out)])
+    assert (out / "http_bench.raw.json").read_bytes() == saved.read_bytes()
+    assert (out / "README.md").is_file()
+    main(["--from-raw", str(out / "http_bench.raw.json"), "--out", str(out)])  # in place
+    assert (out / "http_bench.raw.json").read_bytes() == saved.read_bytes()
