@@ -437,6 +437,46 @@ def test_a_short_shared_prefix_does_not_take_a_parked_sequence_while_one_is_free
     assert len(executor.parked()) == 2
 
 
+def converse_together(executor, prompts, max_tokens=12):
+    for prompt in prompts:
+        executor.submit(GenerationRequest(list(prompt), GREEDY, max_tokens))
+    reports = []
+    while not executor.idle:
+        executor.tick()
+        reports.append(executor.last_tick)
+    return reports
+
+
+def test_a_template_s_few_shared_tokens_take_no_parked_sequence_even_when_none_is_free():
+    # Four requests a round, eight sequences: every prompt opens with the same 20 tokens (a chat
+    # template's), 20% of it. Taking a parked sequence for them would land lanes on scattered
+    # ids; freeing the least recently parked instead keeps a round's lanes on consecutive ids.
+    runtime = FakeRuntime(max_sequences=8)
+    executor = Executor(runtime, max_lanes=4, clock=lambda: 0.0)
+    template = list(range(1, 21))
+    for round_ in range(4):
+        prompts = [
+            [*template, *range(1000 * (4 * round_ + i), 1000 * (4 * round_ + i) + 80)]
+            for i in range(4)
+        ]
+        before = len(runtime.steps)
+        reports = converse_together(executor, prompts)
+        assert sum(r.reused_tokens for r in reports if r) == 0
+        for feeds in runtime.steps[before:]:
+            if len(feeds) == 4:
+                ids = sorted(feed.seq for feed in feeds)
+                assert ids == list(range(ids[0], ids[0] + 4)), ids
+
+
+def test_a_long_shared_prefix_is_reused_even_when_it_is_a_small_share_of_the_prompt():
+    runtime = FakeRuntime(context_size=2048)
+    executor = Executor(runtime, max_lanes=1, clock=lambda: 0.0)
+    system = list(range(1, 301))  # a long system prompt, a fifth of each request
+    converse(executor, [*system, *range(5000, 6200)], max_tokens=2)
+    _, reports = converse(executor, [*system, *range(7000, 8200)], max_tokens=2)
+    assert sum(r.reused_tokens for r in reports if r) == len(system)
+
+
 def test_a_runtime_that_refuses_reuse_frees_every_sequence():
     runtime = FakeRuntime(reuse_refusal="its KV depends on the batch")
     executor = Executor(runtime, max_lanes=2, clock=lambda: 0.0)

@@ -15,8 +15,27 @@ from dataclasses import dataclass
 
 from superfluid.application.ports import Runtime
 
-#: The shortest shared prefix for which a new lane takes a parked sequence over a free one.
+#: The shortest shared prefix for which a new lane takes a parked sequence.
 MIN_REUSED_TOKENS = 16
+#: Below `LONG_SHARED_PREFIX` tokens a parked sequence is taken only for at least this share of
+#: the prompt: a conversation's next turn shares most of its prompt, a chat template's opening
+#: lines (15-30 tokens) only a few percent.
+MIN_REUSED_SHARE = 0.25
+#: A shared prefix this long is worth taking whatever the prompt's length (a long system
+#: prompt): about a second of prefill on a 2-core machine.
+LONG_SHARED_PREFIX = 256
+
+
+def worth_reusing(shared: int, prompt_length: int) -> bool:
+    """Whether a parked sequence sharing `shared` tokens with a prompt should take it.
+
+    Taking a parked sequence for a template's few shared tokens is not free: lanes land on
+    whichever sequence ids were parked, and on llama.cpp a step over non-consecutive ids whose
+    lanes feed unequal widths runs in several passes (adapters/llamacpp/runtime.py). Four
+    copy-heavy lanes decoded 0.88x as fast with such reuse as without it (ADR 0009)."""
+    if shared >= LONG_SHARED_PREFIX:
+        return True
+    return shared >= MIN_REUSED_TOKENS and shared >= MIN_REUSED_SHARE * prompt_length
 
 
 @dataclass(eq=False, slots=True)
@@ -52,9 +71,11 @@ class SequencePool:
             best = max(self._parked, key=lambda p: (common_prefix(p.tokens, prompt), p.parked_at))
             shared = min(common_prefix(best.tokens, prompt), len(prompt) - 1)
             free = self._capacity - in_use - len(self._parked)
-            # Every prompt shares its first token or so with every other: a short match is not
-            # worth losing a parked sequence that a later turn of its own conversation may want.
-            if shared >= MIN_REUSED_TOKENS or (shared > 0 and free <= 0):
+            # Every prompt shares its first tokens with every other: a short match is worth
+            # neither a parked sequence that a later turn of its own conversation may want nor
+            # the lanes' packing. Without a free sequence, the least recently parked goes and
+            # its id is taken, so lanes admitted together get the ids parked together.
+            if worth_reusing(shared, len(prompt)):
                 self._parked.remove(best)
                 try:
                     self._runtime.cut(best.seq, shared)
