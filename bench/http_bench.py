@@ -21,7 +21,8 @@ superfluid (multi-turn included) and llama-cpp-python, about 13 per llama-server
 Reports end-to-end rates (prefill included) and decode-only rates (after the first content
 chunk). Writes `README.md` (tables, targets, machine, commands), `throughput.png` and
 `http_bench.raw.json` into `--out` (default `docs/benchmarks/`; `/tmp/superfluid-http-bench/quick`
-with `--quick`); `--from-raw RAW` rewrites the report and copies RAW beside it. Method: docs/benchmarks/README.md, section "Method" (bench/http_report.py).
+with `--quick`); `--from-raw RAW` rewrites the report and copies RAW beside it. Method:
+docs/benchmarks/README.md, section "Method" (bench/http_report.py).
 
 Before measuring, waits (up to `--wait-max` seconds) for the 1-minute load average to fall below
 `--wait-load`, since other work on a 2-core machine moves every figure.
