@@ -1,9 +1,9 @@
 """Sequences for lanes, and prefix reuse: a finished lane's KV kept for the next prompt.
 
 A finished lane's sequence is parked with the tokens its KV holds instead of freed. A new lane
-takes the parked sequence sharing the longest prefix with its prompt, cuts it back to that
-prefix and prefills only the rest; parked sequences are freed least recently used first when a
-lane needs one. It is exact only where a token's KV does not depend on how it was computed
+takes the parked sequence sharing the longest prefix with its prompt when that prefix is worth
+it (`worth_reusing`), cuts it back to that prefix and prefills only the rest; parked sequences
+are freed least recently used first when a lane needs one. It is exact only where a token's KV does not depend on how it was computed
 (alone, in a verify step or in a prefill chunk), so the runtime says whether it may
 (`Capabilities.reuse_refusal`). Multi-turn chat is the case it serves: each prompt is the last
 prompt, its reply and a new line (docs/adr/0009-prefix-reuse.md).
