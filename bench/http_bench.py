@@ -354,10 +354,9 @@ def request_for(
         extra = {
             **LLAMA_SERVER_EXTRA,
             **(LLAMACPP_SAMPLING if temperature > 0 else {}),
-            # Single-turn prompts repeat from run to run (and the primer sends run 0's), which
-            # only a bench does: no reuse there, as superfluid has none. A session's own
-            # earlier turns are what a prompt cache is for: kept for multi-turn.
-            "cache_prompt": workload.multi_turn,
+            # Servers run on their defaults (prompt cache on) wherever prompts are fresh; a
+            # repeated cell's prompts repeat as only a bench's do, so no reuse there.
+            "cache_prompt": not workload.repeats_prompts,
         }
         return Request(
             spec.model_name,
@@ -551,8 +550,11 @@ def server_for(
     model: Path,
     group: str,
     slots: int,
-    prefix_reuse: bool = True,
+    workload: Workload,
 ) -> ServerSpec:
+    """The server `system` runs as for `workload`'s cells. Prefix reuse is on, as a user gets
+    it, except where the bench repeats prompts (llama-server's prompt cache is off there too:
+    `request_for`)."""
     if is_llama_server(system):
         return llama_server_spec(
             system,
@@ -571,7 +573,7 @@ def server_for(
         speculate,
         max_lanes=args.max_lanes,
         ctx_size=args.ctx_size,
-        prefix_reuse=prefix_reuse,
+        prefix_reuse=not workload.repeats_prompts,
     )
     if args.profile is not None:
         out = f"{args.profile}-{speculate}-{group}.prof"
@@ -603,15 +605,17 @@ def served_cells(
     group = f"{workload.name}-T{temperature:g}"
 
     def start(system: str, slots: int, stack: contextlib.ExitStack) -> tuple[ServerSpec, str]:
-        # Single-turn prompts repeat only because the bench repeats them: no reuse there
-        # (llama-server's prompt cache is off for them too), reuse on multi-turn.
-        spec = server_for(args, system, model, group, slots, workload.multi_turn)
-        commands[system] = spec.shown().replace(f"-np {slots}", "-np <clients>")
+        spec = server_for(args, system, model, group, slots, workload)
+        shown = spec.shown().replace(f"-np {slots}", "-np <clients>")
         if is_llama_server(system):
-            commands[system] = commands[system].replace(
+            shown = shown.replace(
                 f"--ctx-size {args.ctx_size * slots}",
                 f"--ctx-size <{args.ctx_size} × clients>",
             )
+        # superfluid's repeated cells run without prefix reuse: their command is shown apart
+        # (llama-server's differs in the request, `cache_prompt`, not in its command).
+        repeated = workload.repeats_prompts and not is_llama_server(system)
+        commands[f"{system} (repeated cells)" if repeated else system] = shown
         name = f"{system.replace(' ', '-')}-{group}-{slots}{suffix}.log"
         return spec, stack.enter_context(running(spec, args.log_dir / name))
 

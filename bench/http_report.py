@@ -794,10 +794,11 @@ METHOD = [
     "It is streamed with `timings_per_token`, whose `predicted_n` counts tokens per chunk as "
     "superfluid's per-chunk usage does, and `draft_n` / `draft_n_accepted` give its "
     "acceptance. Speculating configurations get the same warm-up rounds (`--warmup`) before "
-    "each cell. Its prompt cache is switched off (`cache_prompt: false`) on the single-turn "
-    "workloads, whose prompts repeat from run to run as only a bench's do (superfluid's prefix "
-    "reuse is off there too, `--no-prefix-reuse`), and left on for multi-turn, where reusing a session's earlier turns is "
-    "what it is for.",
+    "each cell. Both servers keep their prompt caches on, as a user gets them, wherever "
+    "prompts are fresh (superfluid's prefix reuse, llama-server's `cache_prompt`): fresh "
+    "prompts share only the chat template's first tokens, so neither is handed an answer. On "
+    "the named repeated cells, whose prompts repeat as only a bench's do, both are off "
+    "(`--no-prefix-reuse`, `cache_prompt: false`).",
     "- **Multi-turn** sessions: 4 greedy turns per client, each sending the whole conversation "
     "so far plus one new user line; sessions carry a unique tag, so a prompt cache reuses a "
     "session's own turns and never another session. *Session time* is the sum of a session's "

@@ -331,6 +331,13 @@ class Workload:
     fresh: FreshPrompts | None = None
 
     @property
+    def repeats_prompts(self) -> bool:
+        """Whether the same prompts go out run after run (a named repeated single-turn cell):
+        only a bench does that, so a server's prompt cache would be handed what no user hands
+        it. A session's first line carries its (round, client) tag, so sessions never repeat."""
+        return self.fresh is None and not self.multi_turn
+
+    @property
     def multi_turn(self) -> bool:
         if self.fresh is not None:
             return bool(self.fresh.make(0).follow_ups)

@@ -118,6 +118,25 @@ def test_every_measured_workload_is_fresh_and_the_repeated_cell_says_so_in_its_n
     assert "copy-heavy repeated" in DEFAULT_WORKLOADS
 
 
+def test_servers_keep_their_prompt_caches_on_fresh_prompts_and_off_on_repeated_ones() -> None:
+    """Fresh prompts share only the chat template's first tokens, so both servers run as a user
+    gets them; a repeated cell would hand a prompt cache what no user hands it."""
+    from pathlib import Path
+
+    from bench.http_bench import request_for, server_for
+
+    args = parse_args(["--llama-server", __file__])
+    for name, workload in WORKLOADS.items():
+        # A session's first line is tagged with its round and client: sessions never repeat.
+        fresh = "repeated" not in name or workload.multi_turn
+        for system in (AUTO, PLAIN):
+            spec = server_for(args, system, Path("m.gguf"), "g", 4, workload)
+            assert ("--no-prefix-reuse" in spec.argv) != fresh, (name, system)
+        peer = server_for(args, LLAMA_SERVERS[1], Path("m.gguf"), "g", 4, workload)
+        request = request_for(args, peer, 0.0, workload)
+        assert request.extra["cache_prompt"] is fresh, name
+
+
 def test_a_fresh_multi_turn_session_has_three_follow_ups_and_a_tagged_first_line() -> None:
     assert MULTI_TURN.multi_turn and not COPY_HEAVY.multi_turn
     first, second = MULTI_TURN.variant(0, 7), MULTI_TURN.variant(1, 7)
