@@ -34,7 +34,7 @@ class FixedDepth:
     def request_finished(self, request_id):
         self.open.remove(request_id)
 
-    def record_round(self, request_id, lane_count, *, drafted, accepted, klass=0):
+    def record_round(self, request_id, lane_count, *, drafted, accepted, klass=0, asked=None):
         self.rounds.append((lane_count, drafted, accepted))
 
     def record_spec_tick(self, lane_count, *, drafted, committed, seconds, rows):
@@ -491,12 +491,14 @@ class ClassDepths(FixedDepth):
     def __init__(self, by_class):
         super().__init__(max(by_class))
         self._by_class = tuple(by_class)
+        self.asked = []
 
     def plan(self, lane_count):
         return TickPlan(max(self._by_class), self._by_class)
 
-    def record_round(self, request_id, lane_count, *, drafted, accepted, klass=0):
+    def record_round(self, request_id, lane_count, *, drafted, accepted, klass=0, asked=None):
         self.rounds.append((klass, drafted, accepted))
+        self.asked.append((klass, asked))
 
 
 def test_each_lane_drafts_as_deep_as_its_drafts_match_class_allows():
@@ -513,6 +515,8 @@ def test_each_lane_drafts_as_deep_as_its_drafts_match_class_allows():
     assert all(0 < drafted <= by_class[klass] for klass, drafted, _ in policy.rounds)
     assert {klass for klass, _, _ in policy.rounds} >= {1, 2}
     assert max(drafted for klass, drafted, _ in policy.rounds if klass == 2) > 1
+    # Each round is reported with the depth its class was asked for (the yield floor's scale).
+    assert all(asked == by_class[klass] for klass, asked in policy.asked)
 
 
 def test_a_round_is_reported_under_its_match_class_even_when_every_class_drafts_alike():

@@ -268,6 +268,19 @@ def test_rounds_drafted_at_a_learning_depth_do_not_count_for_the_yield_floor():
     assert policy.request_verdict("r") is RequestYield.FAILED
 
 
+def test_the_yield_floor_judges_a_shallow_draft_by_its_acceptance_not_its_length():
+    """Where the depth controller asks one token a round (many lanes), a drafter right half the
+    time passes; at the default depth the same yield per round fails (ADR 0013)."""
+    policy = make_policy(SpecSettings(yield_rounds=4), default_depth=4)
+    tune(policy, 8)
+    for request_id, asked in (("shallow", 1), ("full", 4)):
+        policy.request_started(request_id)
+        for accepted in (1, 0, 1, 0):
+            policy.record_round(request_id, 8, drafted=1, accepted=accepted, asked=asked)
+    assert policy.request_verdict("shallow") is RequestYield.PASSED
+    assert policy.request_verdict("full") is RequestYield.FAILED
+
+
 def test_a_lane_count_where_no_class_would_draft_is_decided_plain_at_once():
     policy = make_policy(match_classes=1)
     tune(policy, 1)  # drafts at 1 lane are never accepted

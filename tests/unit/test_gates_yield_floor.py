@@ -131,3 +131,34 @@ def test_finished_requests_are_forgotten():
 def test_an_impossible_round_is_refused():
     with pytest.raises(ValueError):
         make_floor().record_round("a", 2, 3)
+
+
+def test_a_round_asked_for_fewer_than_the_full_depth_is_held_to_the_floor_in_proportion():
+    # Asked for 1 token of a full depth of 4: the floor's 0.75 per round is 0.1875 per such
+    # round, the same acceptance rate as 0.75 of 4 drafted tokens.
+    floor = YieldFloor(min_yield=0.75, yield_rounds=4, full_depth=4)
+    floor.request_started("shallow")
+    for accepted in (1, 0, 1, 0):  # 0.5 per round: below 0.75, but half the drafts accepted
+        floor.record_round("shallow", 1, accepted, asked=1)
+    assert floor.verdict("shallow") is RequestYield.PASSED
+    floor.request_started("useless")
+    for _ in range(4):
+        floor.record_round("useless", 1, 0, asked=1)  # a drafter that is never right still fails
+    assert floor.verdict("useless") is RequestYield.FAILED
+
+
+def test_a_round_asked_for_the_full_depth_or_more_is_held_to_the_whole_floor():
+    for asked in (4, 5, 16, None):
+        floor = YieldFloor(min_yield=0.75, yield_rounds=4, full_depth=4)
+        floor.request_started("a")
+        for accepted in (1, 0, 1, 0):  # 0.5 per round
+            floor.record_round("a", 4, accepted, asked=asked)
+        assert floor.verdict("a") is RequestYield.FAILED, asked
+
+
+def test_a_draft_asked_for_nothing_or_a_floor_without_depth_is_refused():
+    with pytest.raises(ValueError):
+        YieldFloor(min_yield=0.75, yield_rounds=4, full_depth=0)
+    floor = make_floor()
+    with pytest.raises(ValueError):
+        floor.record_round("a", 1, 0, asked=0)

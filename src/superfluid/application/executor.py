@@ -88,6 +88,8 @@ class _Plan:
     q: DraftDistributions | None = None
     #: The draft's match class (`TickPlan.by_class`), reported with its round.
     klass: int = 0
+    #: The depth the tick's plan asked of this draft (the yield floor scales by it).
+    asked: int = 0
 
 
 class Executor:
@@ -324,7 +326,8 @@ class Executor:
             chunk = lane.request.prompt[lane.prefilled : lane.prefilled + PREFILL_CHUNK]
             return _Plan(lane, Feed(lane.seq, chunk, lane.prefilled), [], prefill=True)
         klass = self._match_class(lane, tick)
-        draft, q = self._draft(lane, tick.depth_for(klass))
+        asked = tick.depth_for(klass)
+        draft, q = self._draft(lane, asked)
         tokens = [lane.pending, *draft]
         return _Plan(
             lane,
@@ -333,6 +336,7 @@ class Executor:
             False,
             q,
             klass,
+            asked,
         )
 
     @staticmethod
@@ -445,6 +449,7 @@ class Executor:
                 drafted=drafted,
                 accepted=result.accepted,
                 klass=plan.klass,
+                asked=plan.asked,
             )
         if result.keep_length < plan.feed.start + len(plan.feed.tokens):
             try:

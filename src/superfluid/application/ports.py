@@ -301,8 +301,10 @@ class SpeculationPolicy(Protocol):
         drafted: int,
         accepted: int,
         klass: int = 0,
+        asked: int | None = None,
     ) -> None:
-        """One lane's verified round; `klass` is its draft's match class (`TickPlan.by_class`)."""
+        """One lane's verified round; `klass` is its draft's match class (`TickPlan.by_class`),
+        `asked` the depth the tick's plan asked of its draft."""
         ...
 
     def record_spec_tick(

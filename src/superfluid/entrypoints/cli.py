@@ -296,7 +296,8 @@ def serve(
         str | None,
         typer.Option(
             help=_spec(
-                "Accepted tokens per round below which a request stops drafting.",
+                "Accepted tokens per round below which a request stops drafting (a round "
+                "asked for fewer tokens than the default depth: in proportion).",
                 _DEFAULTS.min_yield,
                 ENV_MIN_YIELD,
             ),

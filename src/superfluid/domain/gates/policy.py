@@ -111,7 +111,11 @@ class SpecPolicy:
         self.depth_cap = max(1, min(depth_cap, MAX_DRAFT_TOKENS))
         self.default_depth = min(max(default_depth, 1), self.depth_cap)
         self._tuning = tuning
-        self._floor = YieldFloor(min_yield=settings.min_yield, yield_rounds=settings.yield_rounds)
+        self._floor = YieldFloor(
+            min_yield=settings.min_yield,
+            yield_rounds=settings.yield_rounds,
+            full_depth=self.default_depth,
+        )
         self._gates: dict[int, ThroughputGate] = {}
         self._depths: dict[int, DepthController] = {}
         self._costs = StepCosts()
@@ -236,9 +240,12 @@ class SpecPolicy:
         drafted: int,
         accepted: int,
         klass: int = 0,
+        asked: int | None = None,
     ) -> None:
         """One lane's verified round in a tick with `lane_count` lanes, from a draft of match
-        class `klass`.
+        class `klass` that the tick's plan asked `asked` tokens of (None: the default depth).
+        The yield floor holds a round asked for fewer than the default depth to the floor in
+        proportion (`yield_floor`).
 
         A round drafted while its class still learns its depth (once per model) teaches the
         depth controller only: like its tick for the throughput gate, it is not counted by the
@@ -249,7 +256,7 @@ class SpecPolicy:
         if drafted and controller.mode_of(klass) is DepthMode.LEARNING:
             self._learning_ticks.add(lane_count)
         else:
-            self._floor.record_round(request_id, drafted, accepted)
+            self._floor.record_round(request_id, drafted, accepted, asked=asked)
         controller.record_round(drafted, accepted, klass=klass)
 
     def record_spec_tick(

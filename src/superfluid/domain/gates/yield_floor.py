@@ -5,6 +5,14 @@ Yield is accepted draft tokens per verified round. Each request is judged once, 
 that request; at or above it *passes* and is not judged again. Only rounds in which something
 was drafted count: a tick where the drafter had nothing to offer verified nothing.
 
+The floor is written for drafts of the default depth (`full_depth`: prompt-lookup's 4, or the
+operator's `--spec-draft-tokens`). A round the depth controller asked for fewer tokens than that
+is held to the floor in proportion: a round asked for k < full_depth tokens needs
+min_yield × k / full_depth of them accepted, the same acceptance rate. Otherwise a lane count
+where drafts are priced at one token (8 lanes on this machine) holds a good drafter to 75%
+acceptance, and two requests there gave prompt-lookup up for good (ADR 0013). With adaptive
+depth off every round is asked for the default depth, and the rule is the seed's exactly.
+
 Per model, verdicts are read in the order they are reached. Two failures with no pass between
 them abandon the strategy for good (until restart); a pass wipes the slate. A request that ends
 before its verdict says nothing either way. `min_yield` 0 disables the floor: no request is
@@ -32,22 +40,26 @@ class StrategyStanding(enum.Enum):
 
 
 class _RequestTally:
-    __slots__ = ("accepted", "rounds", "verdict")
+    __slots__ = ("accepted", "asked", "rounds", "verdict")
 
     def __init__(self) -> None:
         self.rounds = 0
         self.accepted = 0
+        self.asked = 0.0  # rounds, each weighted by its asked depth over the full depth
         self.verdict = RequestYield.MEASURING
 
 
 class YieldFloor:
     """Judges requests by their draft yield and abandons a strategy that keeps failing."""
 
-    def __init__(self, *, min_yield: float, yield_rounds: int) -> None:
+    def __init__(self, *, min_yield: float, yield_rounds: int, full_depth: int = 1) -> None:
         if yield_rounds < 1:
             raise ValueError("yield_rounds must be at least 1")
+        if full_depth < 1:
+            raise ValueError("full_depth must be at least 1")
         self.min_yield = min_yield
         self.yield_rounds = yield_rounds
+        self.full_depth = full_depth
         self._requests: dict[Hashable, _RequestTally] = {}
         self._standing = StrategyStanding.ACTIVE
         self.failures = 0  # requests that failed, ever (for /metrics)
@@ -85,10 +97,15 @@ class YieldFloor:
             return False
         return self.verdict(request_id) is not RequestYield.FAILED
 
-    def record_round(self, request_id: Hashable, drafted: int, accepted: int) -> None:
-        """One verified round of `request_id`; an unknown request is started on the fly."""
+    def record_round(
+        self, request_id: Hashable, drafted: int, accepted: int, *, asked: int | None = None
+    ) -> None:
+        """One verified round of `request_id`; an unknown request is started on the fly.
+        `asked`: the depth the draft was asked for (None: the full depth)."""
         if drafted < 0 or not 0 <= accepted <= drafted:
             raise ValueError(f"impossible round: {accepted} accepted of {drafted} drafted")
+        if asked is not None and asked < 1:
+            raise ValueError(f"a draft cannot be asked for {asked} tokens")
         if not self.enabled or self.abandoned or drafted == 0:
             return
         tally = self._requests.get(request_id)
@@ -98,9 +115,11 @@ class YieldFloor:
             return  # judged once; a failed request should not be drafting anyway
         tally.rounds += 1
         tally.accepted += accepted
+        full = self.full_depth
+        tally.asked += 1.0 if asked is None else min(asked, full) / full
         if tally.rounds >= self.yield_rounds:
-            # accepted / rounds < min_yield, compared as a product so no division is needed
-            failed = tally.accepted < self.min_yield * tally.rounds
+            # accepted per (weighted) round < min_yield, as a product: no division needed
+            failed = tally.accepted < self.min_yield * tally.asked
             tally.verdict = RequestYield.FAILED if failed else RequestYield.PASSED
             self._judge(failed)
 
