@@ -73,7 +73,6 @@ class FakeRuntime:
             reuse_refusal=reuse_refusal,
         )
         self.kv: dict[int, list[int]] = {}
-        self._next_seq = 0
         self.steps: list[list[Feed]] = []
         self.cuts = 0
         self.fail_next_step = False
@@ -99,11 +98,13 @@ class FakeRuntime:
     def use_chat_template_file(self, path: str) -> None:
         self.chat_template_file = path
 
-    def new_sequence(self) -> int:
+    def new_sequence(self, prefer: int | None = None) -> int:
+        """The lowest free id, or `prefer` when it is free, as the real runtimes hand them out."""
         assert len(self.kv) < self.capabilities.max_sequences, "more sequences than lanes"
-        self._next_seq += 1
-        self.kv[self._next_seq] = []
-        return self._next_seq
+        free = [seq for seq in range(self.capabilities.max_sequences) if seq not in self.kv]
+        seq = prefer if prefer in free else free[0]
+        self.kv[seq] = []
+        return seq
 
     def free_sequence(self, seq: int) -> None:
         del self.kv[seq]

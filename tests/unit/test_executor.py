@@ -370,7 +370,8 @@ def test_a_fault_while_committing_one_lane_fails_only_that_lane():
     assert finishes == {bad.id: Finish.ERROR, good.id: Finish.LENGTH}
     assert "boom" in errors[bad.id]
     assert runtime.kv == executor.parked()
-    assert list(executor.parked()) == [2], "the failed lane's sequence is freed, not parked"
+    # Admitted in order, the bad lane took sequence 0 and the good one 1.
+    assert list(executor.parked()) == [1], "the failed lane's sequence is freed, not parked"
 
 
 # -- prefix reuse --------------------------------------------------------------------------
@@ -466,6 +467,25 @@ def test_a_template_s_few_shared_tokens_take_no_parked_sequence_even_when_none_i
             if len(feeds) == 4:
                 ids = sorted(feed.seq for feed in feeds)
                 assert ids == list(range(ids[0], ids[0] + 4)), ids
+
+
+def test_lanes_admitted_together_get_consecutive_ids_after_rounds_of_other_sizes():
+    # The bench's order on one server: rounds of 1, 1, 2 and 2 lanes park sequences 0-5; a
+    # round of 4 then found one free id (7 after 6 went): the lowest free id and the least
+    # recently parked gave lanes 7, 0, 1, 2, a gap in every step. Then rounds of 4 and 8.
+    runtime = FakeRuntime(max_sequences=8)
+    executor = Executor(runtime, max_lanes=8, clock=lambda: 0.0)
+    template = list(range(1, 21))
+    for round_, lanes in enumerate((1, 1, 2, 2, 1, 4, 4, 4, 8, 4, 2, 4)):
+        prompts = [
+            [*template, *range(1000 * (8 * round_ + i), 1000 * (8 * round_ + i) + 80)]
+            for i in range(lanes)
+        ]
+        before = len(runtime.steps)
+        converse_together(executor, prompts)
+        widest = max(runtime.steps[before:], key=len)
+        ids = sorted(feed.seq for feed in widest)
+        assert len(ids) == lanes and ids == list(range(ids[0], ids[0] + lanes)), (round_, ids)
 
 
 def test_a_long_shared_prefix_is_reused_even_when_it_is_a_small_share_of_the_prompt():

@@ -248,7 +248,7 @@ class PoisonedRuntime(FakeRuntime):
 
 
 def test_a_row_that_is_no_distribution_fails_only_its_logprobs_lane():
-    runtime = PoisonedRuntime(poisoned_seq=1, after=5)
+    runtime = PoisonedRuntime(poisoned_seq=0, after=5)  # the first lane admitted takes 0
     executor = Executor(runtime, max_lanes=2, clock=lambda: 0.0)
     poisoned = GenerationRequest([1, 2, 3], GREEDY, 20, logprobs=0)
     healthy = GenerationRequest([1, 2, 3], GREEDY, 20, logprobs=0)

@@ -29,10 +29,11 @@ class SequenceTable:
     def __len__(self) -> int:
         return len(self._lengths)
 
-    def allocate(self) -> int:
+    def allocate(self, prefer: int | None = None) -> int:
+        """The lowest free id, or `prefer` when it is free."""
         if not self._free:
             raise RuntimeFault(f"all {self._capacity} sequences of this model are in use")
-        seq = self._free.pop(0)
+        seq = self._free.pop(self._free.index(prefer) if prefer in self._free else 0)
         self._lengths[seq] = 0
         return seq
 

@@ -154,10 +154,10 @@ class BaseRTRuntime(TemplatedChat):
     def use_chat_template_file(self, path: str) -> None:
         self.chat_template = template_file(path, bos_token="", eos_token="", strip_bos=False)
 
-    def new_sequence(self) -> int:
+    def new_sequence(self, prefer: int | None = None) -> int:
         if not self._free:
             raise RuntimeFault(f"all {self._max_sequences} sequences of this model are in use")
-        seq = self._free.pop(0)
+        seq = self._free.pop(self._free.index(prefer) if prefer in self._free else 0)
         self._caches[seq] = self.model.new_cache(self._ctx_size)
         if self._taps:
             hidden = self.model.config.hidden_size

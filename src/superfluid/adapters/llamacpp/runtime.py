@@ -278,9 +278,9 @@ class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
             strip_bos=self.vocab.adds_bos,
         )
 
-    def new_sequence(self) -> int:
+    def new_sequence(self, prefer: int | None = None) -> int:
         self._open()
-        return self._sequences.allocate()
+        return self._sequences.allocate(prefer)
 
     def free_sequence(self, seq: int) -> None:
         self._sequences.release(seq)

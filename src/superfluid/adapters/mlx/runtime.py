@@ -149,9 +149,9 @@ class MlxRuntime(ClosedOnExit):
     def use_chat_template_file(self, path: str) -> None:
         self.chat_template = chat_template_file(path, self._tokenizer, adds_bos=self._adds_bos)
 
-    def new_sequence(self) -> int:
+    def new_sequence(self, prefer: int | None = None) -> int:
         self._open()
-        seq = self._sequences.allocate()
+        seq = self._sequences.allocate(prefer)
         self._caches[seq] = make_prompt_cache(self._model)
         return seq
 
