@@ -120,6 +120,7 @@ class FixedDepth:
         drafted: int,
         accepted: int,
         klass: int = 0,
+        asked: int | None = None,
     ) -> None:
         pass
 
