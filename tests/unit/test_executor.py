@@ -6,6 +6,7 @@ import pytest
 from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.requests import Finish, GenerationRequest
+from superfluid.application.sequence_pool import start_of_longest_run
 from superfluid.domain.gates.policy import TickPlan
 from superfluid.domain.sampling import SamplingParams
 from tests.fakes import EOS, FakeModel, FakeRuntime
@@ -545,3 +546,9 @@ def test_a_round_is_reported_under_its_match_class_even_when_every_class_drafts_
     looping = FakeModel(eos=False)
     run(FakeRuntime(looping), requests_for(PROMPTS, max_tokens=60), speculate=True, policy=policy)
     assert {klass for klass, _, _ in policy.rounds} >= {1, 2}
+
+
+def test_the_first_lane_of_a_round_starts_the_longest_run_of_free_ids():
+    assert start_of_longest_run({0, 4, 5, 6, 7}) == 4
+    assert start_of_longest_run({1, 2, 5, 6}) == 1  # a tie: the lower run
+    assert start_of_longest_run(set()) is None

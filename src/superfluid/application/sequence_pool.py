@@ -2,11 +2,13 @@
 
 A finished lane's sequence is parked with the tokens its KV holds instead of freed. A new lane
 takes the parked sequence sharing the longest prefix with its prompt when that prefix is worth
-it (`worth_reusing`), cuts it back to that prefix and prefills only the rest; parked sequences
-are freed least recently used first when a lane needs one. It is exact only where a token's KV does not depend on how it was computed
-(alone, in a verify step or in a prefill chunk), so the runtime says whether it may
-(`Capabilities.reuse_refusal`). Multi-turn chat is the case it serves: each prompt is the last
-prompt, its reply and a new line (docs/adr/0009-prefix-reuse.md).
+it (`worth_reusing`), cuts it back to that prefix and prefills only the rest. Otherwise it takes
+an id beside the ids other lanes hold, freeing a parked sequence there (else the least recently
+parked) when no id is free, so that llama.cpp runs the lanes' steps in one pass. Reuse is exact
+only where a token's KV does not depend on how it was computed (alone, in a verify step or in a
+prefill chunk), so the runtime says whether it may (`Capabilities.reuse_refusal`). Multi-turn
+chat is the case it serves: each prompt is the last prompt, its reply and a new line
+(docs/adr/0009-prefix-reuse.md).
 """
 
 from __future__ import annotations
@@ -36,6 +38,20 @@ def worth_reusing(shared: int, prompt_length: int) -> bool:
     if shared >= LONG_SHARED_PREFIX:
         return True
     return shared >= MIN_REUSED_TOKENS and shared >= MIN_REUSED_SHARE * prompt_length
+
+
+def start_of_longest_run(ids: set[int]) -> int | None:
+    """The first id of the longest run of consecutive ids (the lowest such run on a tie)."""
+    best, best_length = None, 0
+    for first in sorted(ids):
+        if first - 1 in ids:
+            continue  # inside a run that starts lower
+        length = 1
+        while first + length in ids:
+            length += 1
+        if length > best_length:
+            best, best_length = first, length
+    return best
 
 
 @dataclass(eq=False, slots=True)
@@ -106,9 +122,9 @@ class SequencePool:
         low, high = min(self._lent), max(self._lent)
         return [seq for seq in (high + 1, low - 1) if 0 <= seq < self._capacity]
 
-    def _free_ids(self) -> list[int]:
+    def _free_ids(self) -> set[int]:
         parked = {p.seq for p in self._parked}
-        return [s for s in range(self._capacity) if s not in self._lent and s not in parked]
+        return {s for s in range(self._capacity) if s not in self._lent and s not in parked}
 
     def _free_id_for_a_lane(self) -> int | None:
         """A free id next to the lanes' block; for the first lane, the start of the longest run
@@ -117,15 +133,7 @@ class SequencePool:
         neighbours = self._neighbours()
         if neighbours:
             return next((seq for seq in neighbours if seq in free), None)
-        best_start, best_length, start = None, 0, None
-        for seq in range(self._capacity + 1):
-            if seq in free:
-                start = seq if start is None else start
-                continue
-            if start is not None and seq - start > best_length:
-                best_start, best_length = start, seq - start
-            start = None
-        return best_start
+        return start_of_longest_run(free)
 
     def _evict_for_a_lane(self) -> int | None:
         """No id is free: free the parked sequence next to the lanes' block, else the least
