@@ -242,7 +242,7 @@ class Executor:
                 events.append(Committed(request.id, (), SpecStats(), Finish.ERROR, why))
                 continue
             speculates = request.may_draft and self._drafter is not None
-            seq, reused = self._pool.acquire(request.prompt, in_use=len(self._lanes))
+            seq, reused = self._pool.acquire(request.prompt)
             self._reused_this_tick += reused
             lane = _Lane(
                 request=request,

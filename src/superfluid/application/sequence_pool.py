@@ -80,19 +80,17 @@ class SequencePool:
         self._parked: list[_Parked] = []
         self._lent: set[int] = set()  # the sequences lanes hold now
 
-    def acquire(self, prompt: list[int], *, in_use: int) -> tuple[int, int]:
-        """A sequence for a new lane, and how many of its prompt tokens the KV already holds.
-        `in_use` is how many sequences lanes hold now."""
-        seq, shared = self._acquire(prompt, in_use)
+    def acquire(self, prompt: list[int]) -> tuple[int, int]:
+        """A sequence for a new lane, and how many of its prompt tokens the KV already holds."""
+        seq, shared = self._acquire(prompt)
         self._lent.add(seq)
         return seq, shared
 
-    def _acquire(self, prompt: list[int], in_use: int) -> tuple[int, int]:
+    def _acquire(self, prompt: list[int]) -> tuple[int, int]:
         if self._parked:
             # At least the prompt's last token is fed again: its logits row starts the reply.
             best = max(self._parked, key=lambda p: (common_prefix(p.tokens, prompt), p.parked_at))
             shared = min(common_prefix(best.tokens, prompt), len(prompt) - 1)
-            free = self._capacity - in_use - len(self._parked)
             # Every prompt shares its first tokens with every other: a short match is worth
             # neither a parked sequence that a later turn of its own conversation may want nor
             # the lanes' packing. Without a free sequence, a parked one goes: the one beside
@@ -105,8 +103,8 @@ class SequencePool:
                     self._runtime.free_sequence(best.seq)
                 else:
                     return best.seq, shared
-            if free <= 0:
-                return self._runtime.new_sequence(self._evict_for_a_lane()), 0
+        if not self._free_ids():
+            return self._runtime.new_sequence(self._evict_for_a_lane()), 0
         return self._runtime.new_sequence(self._free_id_for_a_lane()), 0
 
     # Which id a new lane takes. llama.cpp runs a step's lanes in one pass only over consecutive
@@ -139,7 +137,7 @@ class SequencePool:
         """No id is free: free the parked sequence next to the lanes' block, else the least
         recently parked, and name its id for the new lane."""
         if not self._parked:
-            return None  # a parked sequence that would not cut was freed instead
+            return None  # lanes hold every sequence: the runtime says so
         neighbours = self._neighbours()
         beside = [p for p in self._parked if p.seq in neighbours]
         if beside:
@@ -147,10 +145,7 @@ class SequencePool:
             self._parked.remove(chosen)
             self._runtime.free_sequence(chosen.seq)
             return chosen.seq
-        self._parked.sort(key=lambda p: p.parked_at)
-        oldest = self._parked.pop(0)
-        self._runtime.free_sequence(oldest.seq)
-        return oldest.seq
+        return self._free_least_recent(1)[0]
 
     def release(self, seq: int, kv_tokens: list[int] | None, *, now: int) -> None:
         """A lane is done with `seq`: park it with the tokens its KV holds, or, given None (a
@@ -169,8 +164,11 @@ class SequencePool:
         """Each parked sequence and the tokens its KV holds."""
         return {p.seq: list(p.tokens) for p in self._parked}
 
-    def _free_least_recent(self, count: int) -> None:
+    def _free_least_recent(self, count: int) -> list[int]:
+        """Free the `count` least recently parked sequences; their ids."""
         self._parked.sort(key=lambda p: p.parked_at)
-        for parked in self._parked[:count]:
-            self._runtime.free_sequence(parked.seq)
+        freed = [parked.seq for parked in self._parked[:count]]
+        for seq in freed:
+            self._runtime.free_sequence(seq)
         del self._parked[:count]
+        return freed
