@@ -7,8 +7,9 @@ server, a raw loop.
 Drives each server over HTTP with the official `openai` client, streaming, on copy-heavy,
 open-ended and multi-turn workloads, greedy at 1, 2, 4 and 8 concurrent clients and T=0.7 at 1,
 2 and 4 (multi-turn: greedy sessions at 1 and 4 clients), and compares with a raw greedy
-`llama_decode` loop in-process (the serving-overhead floor). superfluid auto and off are up
-together and measured run by run; beside them at each client count run llama-server's
+`llama_decode` loop in-process (the serving-overhead floor), which takes its turn in
+superfluid's greedy 1-client runs. superfluid auto and off are up together and measured run by
+run; beside them at each client count run llama-server's
 configurations (plain, `--spec-default`, n-gram speculators), a server each per client count
 (`-np` = clients), every run walking the servers forwards, the next backwards, so a ratio
 compares runs seconds apart. llama-cpp-python's server runs on its own, as does llama-server
@@ -277,29 +278,36 @@ def default_model() -> Path:
 # -- measuring --------------------------------------------------------------------------------
 
 
-def raw_cells(args: argparse.Namespace, model: Path, workload: Workload) -> list[Cell]:
+def raw_round(loop: RawLoop, workload: Workload, run: int, max_tokens: int) -> Round:
+    """One greedy request through the raw loop on the prompt a server's one client is sent in
+    round `run`, as a one-reply round."""
+    variant = workload.variant(0, run)
+    result = loop.generate(loop.tokenize(workload.raw_prompt(variant)), max_tokens)
+    prefill = result.seconds - result.decode_seconds  # prompt and the first token
+    decoded = result.tokens - 1
+    reply = Reply(
+        variant.name,
+        result.tokens,
+        result.seconds,
+        "raw",
+        ttft=prefill,
+        decode_tokens=decoded,
+        decode_seconds=result.decode_seconds,
+    )
+    return Round((reply,), result.seconds, decoded, result.decode_seconds)
+
+
+def raw_loop_for(args: argparse.Namespace, model: Path, workload: Workload) -> RawLoop:
+    """The raw loop, loaded and past its one-time allocations."""
     loop = RawLoop(model, ctx_size=args.ctx_size, threads=args.threads)
-    try:
-        first = workload.variant(0, 0)
-        loop.generate(loop.tokenize(workload.raw_prompt(first)), 8)  # one-time allocations
-        rounds = []
-        for run in range(args.runs):
-            variant = workload.variant(0, run)
-            result = loop.generate(loop.tokenize(workload.raw_prompt(variant)), args.tokens)
-            prefill = result.seconds - result.decode_seconds  # prompt and the first token
-            decoded = result.tokens - 1
-            reply = Reply(
-                variant.name,
-                result.tokens,
-                result.seconds,
-                "raw",
-                ttft=prefill,
-                decode_tokens=decoded,
-                decode_seconds=result.decode_seconds,
-            )
-            rounds.append(Round((reply,), result.seconds, decoded, result.decode_seconds))
-    finally:
-        loop.close()
+    loop.generate(loop.tokenize(workload.raw_prompt(workload.variant(0, 0))), 8)
+    return loop
+
+
+def raw_cells(args: argparse.Namespace, loop: RawLoop, workload: Workload) -> list[Cell]:
+    """The raw loop's cell on its own, for a run that measures no superfluid 1-client cell to
+    join (its prompts are the first rounds' of the workload)."""
+    rounds = [raw_round(loop, workload, run, args.tokens) for run in range(args.runs)]
     cell = Cell(RAW, workload.name, 0.0, 1, tuple(rounds))
     log_cell(cell)
     return [cell]
@@ -466,11 +474,16 @@ def gate_at(samples: Samples, lanes: int) -> str:
 
 
 async def measured_cells(
-    args: argparse.Namespace, sides: list[Side], workload: Workload, counts: tuple[int, ...]
+    args: argparse.Namespace,
+    sides: list[Side],
+    workload: Workload,
+    counts: tuple[int, ...],
+    raw: RawLoop | None = None,
 ) -> list[Cell]:
     """The cells of servers that are all up: per client count, warm-up rounds for the
     drafting servers, then run r of every server before run r + 1 of any, so that a ratio
-    pairs runs measured seconds apart rather than minutes."""
+    pairs runs measured seconds apart rather than minutes. `raw`, the raw loop, joins the
+    1-client runs as one more system, on the same prompts (the servers are idle meanwhile)."""
     cells = []
     for clients in counts:
         first = next(_CELLS) * ROUNDS_PER_CELL
@@ -487,14 +500,21 @@ async def measured_cells(
                 )
         before = {side.system: scrape(side.base) for side in sides if side.speculating}
         rounds: dict[str, list[Round]] = {side.system: [] for side in sides}
+        joined: list[Side | RawLoop] = [*sides]
+        if raw is not None and clients == 1:
+            joined.append(raw)
+            rounds[RAW] = []
         for run in range(args.runs):
             # Alternate who goes first, so that neither system always runs right after the other.
-            for side in sides if run % 2 == 0 else sides[::-1]:
-                rounds[side.system].append(
-                    await one_round(side.client, workload, side.request, clients, first + run)
+            for turn in joined if run % 2 == 0 else joined[::-1]:
+                if isinstance(turn, RawLoop):
+                    rounds[RAW].append(raw_round(turn, workload, first + run, args.tokens))
+                    continue
+                rounds[turn.system].append(
+                    await one_round(turn.client, workload, turn.request, clients, first + run)
                 )
-                if side.speculating:
-                    timelines[side.system].append(gate_at(scrape(side.base), clients))
+                if turn.speculating:
+                    timelines[turn.system].append(gate_at(scrape(turn.base), clients))
         for side in sides:
             cell = cell_of(
                 side,
@@ -504,6 +524,10 @@ async def measured_cells(
                 before.get(side.system),
                 timelines[side.system],
             )
+            log_cell(cell)
+            cells.append(cell)
+        if RAW in rounds:
+            cell = Cell(RAW, workload.name, 0.0, 1, tuple(rounds[RAW]))
             log_cell(cell)
             cells.append(cell)
     return cells
@@ -516,9 +540,11 @@ async def group_cells(
     temperature: float,
     counts: tuple[int, ...],
     primed: set[str] | None = None,
+    raw: RawLoop | None = None,
 ) -> list[Cell]:
-    """The cells of `servers`, all up, at each of `counts`; `primed` holds the servers that
-    already answered their untimed request (and gains the ones primed here)."""
+    """The cells of `servers`, all up, at each of `counts` (`raw` joining the 1-client runs);
+    `primed` holds the servers that already answered their untimed request (and gains the
+    ones primed here)."""
     primed = set() if primed is None else primed
     most = max(counts)
     sides = [
@@ -538,7 +564,7 @@ async def group_cells(
             primer = dataclasses.replace(side.request, max_tokens=16)
             await one_round(side.client, workload, primer, 1, 0)
             primed.add(side.base)
-        return await measured_cells(args, sides, workload, counts)
+        return await measured_cells(args, sides, workload, counts, raw)
     finally:
         for side in sides:
             await side.client.close()
@@ -592,6 +618,7 @@ def served_cells(
     counts: tuple[int, ...],
     suffix: str = "",
     beside: dict[int, tuple[str, ...]] | None = None,
+    raw: RawLoop | None = None,
 ) -> list[Cell]:
     """Start the systems' servers side by side (an idle one uses no CPU: its llama.cpp threads
     sleep between requests), measure their cells together, stop them.
@@ -622,14 +649,16 @@ def served_cells(
     with contextlib.ExitStack() as stack:
         servers = [start(system, max(counts), stack) for system in systems]
         if not beside or not any(beside.values()):
-            return asyncio.run(group_cells(args, servers, workload, temperature, counts))
+            return asyncio.run(group_cells(args, servers, workload, temperature, counts, raw=raw))
         cells: list[Cell] = []
         primed: set[str] = set()
         for clients in counts:
             with contextlib.ExitStack() as peers:
                 here = [start(peer, clients, peers) for peer in beside.get(clients, ())]
                 cells += asyncio.run(
-                    group_cells(args, servers + here, workload, temperature, (clients,), primed)
+                    group_cells(
+                        args, servers + here, workload, temperature, (clients,), primed, raw
+                    )
                 )
         return cells
 
@@ -647,6 +676,7 @@ def attempt(
     commands: dict[str, str],
     counts: tuple[int, ...],
     beside: dict[int, tuple[str, ...]] | None = None,
+    raw: RawLoop | None = None,
 ) -> list[Cell]:
     """`served_cells`, tried again once with fresh servers if a server fails (a long run on a
     shared machine should not be lost to one crash or stray signal); left out, and noted in the
@@ -655,7 +685,7 @@ def attempt(
         try:
             suffix = "" if tries == 1 else "-retry"  # the failed try's log stays
             return served_cells(
-                args, model, systems, workload, temperature, commands, counts, suffix, beside
+                args, model, systems, workload, temperature, commands, counts, suffix, beside, raw
             )
         except (openai.APIConnectionError, openai.APIStatusError, ServerFailed) as error:
             everyone = [*systems, *sorted({p for ps in (beside or {}).values() for p in ps})]
@@ -688,47 +718,76 @@ def measure(args: argparse.Namespace, model: Path) -> tuple[list[Cell], dict[str
     commands: dict[str, str] = {}
     for name in args.workloads:
         workload = WORKLOADS[name]
-        if RAW in args.systems and 0.0 in args.temperatures and not workload.multi_turn:
-            cells += raw_cells(args, model, workload)
-            commands[RAW] = (
-                f"(in-process) bench/raw_loop.py, n_ctx {args.ctx_size}, {args.threads} threads"
-            )
-        for temperature in args.temperatures:
-            peers = (
-                [s for s in LLAMA_SERVERS if s in args.systems]
-                if temperature in args.llama_server_temperatures
-                else []
-            )
-            # superfluid off and auto together, run by run, and beside them at each client count
-            # the llama-server configurations measured at that count: the runs a ratio compares
-            # are measured seconds apart. Run 0 of a cell walks the servers forwards, run 1
-            # backwards, and so on.
-            superfluid = [system for system in (PLAIN, AUTO) if system in args.systems]
-            counts: tuple[int, ...] = ()
-            if superfluid:
-                counts = client_counts(args, PLAIN, temperature, workload)
-                beside = peers_beside(args, peers, temperature, workload, counts)
-                cells += attempt(
-                    args, model, superfluid, workload, temperature, commands, counts, beside
+        with contextlib.ExitStack() as stack:
+            raw: RawLoop | None = None
+            if RAW in args.systems and 0.0 in args.temperatures and not workload.multi_turn:
+                raw = raw_loop_for(args, model, workload)
+                stack.callback(raw.close)
+                commands[RAW] = (
+                    f"(in-process) bench/raw_loop.py, n_ctx {args.ctx_size}, {args.threads} threads"
                 )
-            if (
-                LLAMACPP in args.systems
-                and temperature in args.llamacpp_temperatures
-                and not workload.multi_turn  # it does not stream usage: no TTFT to report
-            ):
-                llamacpp_counts = client_counts(args, LLAMACPP, temperature, workload)
-                cells += attempt(
-                    args, model, [LLAMACPP], workload, temperature, commands, llamacpp_counts
-                )
-            for system in peers:
-                # A server per client count: `-np` = clients, each slot --ctx-size tokens. The
-                # counts superfluid was measured at are done; the others run on their own.
-                for clients in client_counts(args, system, temperature, workload):
-                    if clients not in counts:
-                        cells += attempt(
-                            args, model, [system], workload, temperature, commands, (clients,)
-                        )
+            cells += measure_workload(args, model, workload, commands, raw)
     return cells, commands
+
+
+def measure_workload(
+    args: argparse.Namespace,
+    model: Path,
+    workload: Workload,
+    commands: dict[str, str],
+    raw: RawLoop | None,
+) -> list[Cell]:
+    """Every cell of one workload; the raw loop, if given, joins superfluid's greedy 1-client
+    runs (or runs on its own where superfluid has none)."""
+    cells: list[Cell] = []
+    for temperature in args.temperatures:
+        peers = (
+            [s for s in LLAMA_SERVERS if s in args.systems]
+            if temperature in args.llama_server_temperatures
+            else []
+        )
+        # superfluid off and auto together, run by run, and beside them at each client count
+        # the llama-server configurations measured at that count: the runs a ratio compares
+        # are measured seconds apart. Run 0 of a cell walks the servers forwards, run 1
+        # backwards, and so on.
+        superfluid = [system for system in (PLAIN, AUTO) if system in args.systems]
+        counts: tuple[int, ...] = ()
+        if superfluid:
+            counts = client_counts(args, PLAIN, temperature, workload)
+        joins = raw is not None and temperature == 0.0 and 1 in counts
+        if raw is not None and temperature == 0.0 and not joins:
+            cells += raw_cells(args, raw, workload)
+        if superfluid:
+            beside = peers_beside(args, peers, temperature, workload, counts)
+            cells += attempt(
+                args,
+                model,
+                superfluid,
+                workload,
+                temperature,
+                commands,
+                counts,
+                beside,
+                raw if joins else None,
+            )
+        if (
+            LLAMACPP in args.systems
+            and temperature in args.llamacpp_temperatures
+            and not workload.multi_turn  # it does not stream usage: no TTFT to report
+        ):
+            llamacpp_counts = client_counts(args, LLAMACPP, temperature, workload)
+            cells += attempt(
+                args, model, [LLAMACPP], workload, temperature, commands, llamacpp_counts
+            )
+        for system in peers:
+            # A server per client count: `-np` = clients, each slot --ctx-size tokens. The
+            # counts superfluid was measured at are done; the others run on their own.
+            for clients in client_counts(args, system, temperature, workload):
+                if clients not in counts:
+                    cells += attempt(
+                        args, model, [system], workload, temperature, commands, (clients,)
+                    )
+    return cells
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -802,6 +861,7 @@ def main(argv: list[str] | None = None) -> None:
         quick=args.quick,
         interleaved=True,
         peers_interleaved=True,
+        raw_interleaved=True,
         llama_server_clients=args.llama_server_clients,
         llama_server_temperatures=args.llama_server_temperatures,
         session_clients=args.session_clients,

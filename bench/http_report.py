@@ -732,6 +732,8 @@ def method(settings: Settings) -> list[str]:
     if settings.peers_interleaved:
         servers += PEERS_INTERLEAVED
         rest = [line.replace(LLAMA_SERVER_ALONE, LLAMA_SERVER_BESIDE) for line in rest]
+    if settings.raw_interleaved:
+        servers = servers.replace(RAW_BEFORE, RAW_BESIDE)
     return [*METHOD[:3], servers, *rest]
 
 
@@ -755,6 +757,13 @@ INTERLEAVED = (
     "llama-cpp-python's server is started on its own after the pair, and the raw loop runs "
     "in-process before the servers of each workload. Every server answers one untimed request "
     "before its first cell."
+)
+RAW_BEFORE = "the raw loop runs in-process before the servers of each workload."
+# Since the raw loop joined superfluid's 1-client runs (`Settings.raw_interleaved`).
+RAW_BESIDE = (
+    "the raw loop, in-process, joins the greedy 1-client runs as one more system, on the "
+    "prompts the servers are sent there (they sleep meanwhile), so that `off / raw loop` too "
+    "compares runs seconds apart."
 )
 
 # Since llama-server was measured beside superfluid's pair (`Settings.peers_interleaved`).

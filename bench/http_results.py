@@ -191,6 +191,9 @@ class Settings:
     # llama-server measured run by run beside superfluid's pair (False in runs saved before:
     # it ran on its own, after the pair)
     peers_interleaved: bool = False
+    # the raw loop measured run by run in superfluid's greedy 1-client cells, on their prompts
+    # (False in runs saved before: it ran before the servers, on prompts of its own)
+    raw_interleaved: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -270,6 +270,16 @@ def test_the_method_says_whether_llama_server_ran_beside_superfluid():
     assert "client count, up beside superfluid's pair" in page
 
 
+def test_the_method_says_whether_the_raw_loop_joined_the_one_client_runs():
+    results = synthetic_results()
+    before = markdown(results)
+    assert "the raw loop runs in-process before the servers of each workload" in before
+    settings = dataclasses.replace(results.settings, raw_interleaved=True)
+    page = markdown(dataclasses.replace(results, settings=settings))
+    assert "the raw loop runs in-process before the servers" not in page
+    assert "joins the greedy 1-client runs as one more system" in page
+
+
 def test_the_report_names_the_machine_the_commands_and_the_plot():
     page = markdown(synthetic_results())
     assert "Test CPU, `nproc` = 2" in page

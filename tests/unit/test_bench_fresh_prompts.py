@@ -11,7 +11,7 @@ import pytest
 from bench import http_bench
 from bench.http_bench import Side, measured_cells, parse_args
 from bench.http_load import Request, Round
-from bench.http_results import AUTO, LLAMA_SERVERS, PLAIN
+from bench.http_results import AUTO, LLAMA_SERVERS, PLAIN, RAW
 from bench.http_workloads import (
     COPY_HEAVY,
     DEFAULT_WORKLOADS,
@@ -27,6 +27,7 @@ from bench.http_workloads import (
     reference_documents,
     source_functions,
 )
+from bench.raw_loop import RawLoop
 
 
 def test_documents_are_cut_to_the_word_range_and_are_all_different() -> None:
@@ -84,6 +85,54 @@ def test_measured_cells_send_no_server_a_round_twice(monkeypatch: pytest.MonkeyP
     }
     assert measured[AUTO] == measured[PLAIN] == measured[LLAMA_SERVERS[1]]
     assert len(measured[AUTO]) == 3 * (1 + 4 + 2 + 8)
+
+
+def test_the_raw_loop_joins_the_one_client_runs_on_the_servers_prompts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`off / raw loop` pairs runs seconds apart on the same prompt: the raw loop takes its turn
+    in every 1-client run (last when the servers walk forwards, first when backwards), and in
+    no other cell."""
+    order: list[tuple[str, int, int]] = []  # (system, clients, round)
+
+    async def fake_round(client: Any, workload: Workload, request: Request, clients: int, run: int):
+        order.append((request.model, clients, run))
+        return Round((), 1.0)
+
+    def fake_raw_round(loop: Any, workload: Workload, run: int, max_tokens: int) -> Round:
+        order.append((RAW, 1, run))
+        return Round((), 1.0)
+
+    monkeypatch.setattr(http_bench, "one_round", fake_round)
+    monkeypatch.setattr(http_bench, "raw_round", fake_raw_round)
+    monkeypatch.setattr(http_bench, "scrape", lambda base: {})
+    monkeypatch.setattr(http_bench, "cell_of", lambda *a: None)
+    monkeypatch.setattr(http_bench, "log_cell", lambda cell: None)
+    args = parse_args(["--llama-server", __file__, "--runs", "3", "--warmup", "0"])
+    sides = [Side(system, "http://x", None, Request(system, 0.0, 8)) for system in (PLAIN, AUTO)]  # type: ignore[arg-type]
+    workload = Workload("fresh", chat=True, variants=(), fresh=FreshPrompts())
+    loop = RawLoop.__new__(RawLoop)  # never loaded: its rounds are faked
+    cells = asyncio.run(measured_cells(args, sides, workload, (1, 4), loop))
+
+    one_client = [entry for entry in order if entry[1] == 1]
+    rounds = sorted({run for _, _, run in one_client})
+    assert [system for system, _, _ in one_client] == [
+        PLAIN,
+        AUTO,
+        RAW,
+        RAW,
+        AUTO,
+        PLAIN,
+        PLAIN,
+        AUTO,
+        RAW,
+    ]
+    assert all(
+        {run for system, _, run in one_client if system == who} == set(rounds)
+        for who in (PLAIN, AUTO, RAW)
+    )
+    assert all(system != RAW for system, clients, _ in order if clients == 4)
+    assert [cell.system for cell in cells if cell is not None] == [RAW]
 
 
 def test_copy_heavy_prompts_are_standard_library_functions_each_with_an_edit() -> None:
@@ -153,9 +202,11 @@ def test_the_generated_benchmark_report_says_what_the_report_generator_says() ->
 
     report = Path(__file__).parents[2] / "docs" / "benchmarks" / "README.md"
     text = " ".join(report.read_text().split())
-    # The committed report was run interleaved, llama-server beside superfluid's pair.
+    # The committed report was run interleaved, llama-server beside superfluid's pair and the
+    # raw loop in its 1-client runs.
     settings = Settings.__new__(Settings)
     object.__setattr__(settings, "interleaved", True)
     object.__setattr__(settings, "peers_interleaved", True)
+    object.__setattr__(settings, "raw_interleaved", True)
     for line in method(settings):
         assert " ".join(line.split()) in text, line[:80]
