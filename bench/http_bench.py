@@ -657,7 +657,7 @@ def served_cells(
                 here = [start(peer, clients, peers) for peer in beside.get(clients, ())]
                 cells += asyncio.run(
                     group_cells(
-                        args, servers + here, workload, temperature, (clients,), primed, raw
+                        args, servers + here, workload, temperature, (clients,), primed, raw=raw
                     )
                 )
         return cells

@@ -105,7 +105,7 @@ def test_peers_start_per_client_count_beside_the_pair_and_share_its_runs(
         yield f"http://{spec.system.replace(' ', '-')}-{slots}"
         events.append(("stop", spec.system, slots))
 
-    async def fake_group_cells(args, servers, workload, temperature, counts, primed=None):
+    async def fake_group_cells(args, servers, workload, temperature, counts, primed=None, raw=None):
         events.append(("measure", *sorted(spec.system for spec, _ in servers), str(counts)))
         return []
 
