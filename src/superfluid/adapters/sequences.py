@@ -16,6 +16,13 @@ from superfluid.application.ports import Feed, RuntimeFault
 BROKEN = -1
 
 
+def take_free_id(free: list[int], prefer: int | None, capacity: int) -> int:
+    """Take an id out of `free` (kept sorted): `prefer` when it is there, else the lowest."""
+    if not free:
+        raise RuntimeFault(f"all {capacity} sequences of this model are in use")
+    return free.pop(free.index(prefer) if prefer in free else 0)
+
+
 class SequenceTable:
     def __init__(self, capacity: int, context_size: int) -> None:
         self._capacity = capacity
@@ -31,9 +38,7 @@ class SequenceTable:
 
     def allocate(self, prefer: int | None = None) -> int:
         """The lowest free id, or `prefer` when it is free."""
-        if not self._free:
-            raise RuntimeFault(f"all {self._capacity} sequences of this model are in use")
-        seq = self._free.pop(self._free.index(prefer) if prefer in self._free else 0)
+        seq = take_free_id(self._free, prefer, self._capacity)
         self._lengths[seq] = 0
         return seq
 

@@ -41,6 +41,7 @@ from superfluid.adapters.chat_templates import (
     TemplatedChat,
     template_file,
 )
+from superfluid.adapters.sequences import take_free_id
 from superfluid.application.ports import (
     Capabilities,
     Drafter,
@@ -155,9 +156,7 @@ class BaseRTRuntime(TemplatedChat):
         self.chat_template = template_file(path, bos_token="", eos_token="", strip_bos=False)
 
     def new_sequence(self, prefer: int | None = None) -> int:
-        if not self._free:
-            raise RuntimeFault(f"all {self._max_sequences} sequences of this model are in use")
-        seq = self._free.pop(self._free.index(prefer) if prefer in self._free else 0)
+        seq = take_free_id(self._free, prefer, self._max_sequences)
         self._caches[seq] = self.model.new_cache(self._ctx_size)
         if self._taps:
             hidden = self.model.config.hidden_size
