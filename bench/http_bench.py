@@ -307,10 +307,16 @@ def raw_loop_for(args: argparse.Namespace, model: Path, workload: Workload) -> R
 def raw_cells(args: argparse.Namespace, loop: RawLoop, workload: Workload) -> list[Cell]:
     """The raw loop's cell on its own, for a run that measures no superfluid 1-client cell to
     join (its prompts are the first rounds' of the workload)."""
-    rounds = [raw_round(loop, workload, run, args.tokens) for run in range(args.runs)]
+    return [
+        raw_cell(workload, [raw_round(loop, workload, r, args.tokens) for r in range(args.runs)])
+    ]
+
+
+def raw_cell(workload: Workload, rounds: list[Round]) -> Cell:
+    """The raw loop's greedy 1-client cell of `workload`, logged."""
     cell = Cell(RAW, workload.name, 0.0, 1, tuple(rounds))
     log_cell(cell)
-    return [cell]
+    return cell
 
 
 @dataclass(frozen=True, slots=True)
@@ -527,9 +533,7 @@ async def measured_cells(
             log_cell(cell)
             cells.append(cell)
         if RAW in rounds:
-            cell = Cell(RAW, workload.name, 0.0, 1, tuple(rounds[RAW]))
-            log_cell(cell)
-            cells.append(cell)
+            cells.append(raw_cell(workload, rounds[RAW]))
     return cells
 
 
