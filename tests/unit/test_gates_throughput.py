@@ -28,6 +28,19 @@ def plain_ticks(gate, count, tokens=PLAIN_TOKENS, seconds=PLAIN_SECONDS):
         gate.record_plain_tick(tokens, seconds)
 
 
+def paired_ticks(gate, pairs, tokens, seconds, plain_seconds=PLAIN_SECONDS):
+    """Ticks as the gate asks for them: plain when it probes plain, speculating otherwise."""
+    for _ in range(2 * pairs):
+        tick_as_asked(gate, tokens, seconds, plain_seconds)
+
+
+def tick_as_asked(gate, tokens, seconds, plain_seconds=PLAIN_SECONDS):
+    if gate.phase is Phase.PROBE_PLAIN:
+        gate.record_plain_tick(PLAIN_TOKENS, plain_seconds)
+    else:
+        gate.record_spec_tick(tokens, seconds)
+
+
 def probe(gate, spec_tokens, spec_seconds):
     """Warm-up, then a full speculating probe and a full plain probe."""
     gate.record_spec_tick(spec_tokens, spec_seconds)  # warm-up
@@ -84,8 +97,9 @@ def test_speculation_clearly_faster_keeps_speculating():
     # Across windows and re-checks, a faster speculation keeps winning.
     for _ in range(3):
         spec_ticks(gate, TUNING.window_ticks, 5, 0.012)
-        assert gate.phase is Phase.PROBE_PLAIN  # the window's re-check
-        plain_ticks(gate, TUNING.probe_ticks)
+        assert gate.phase is Phase.PROBE_PLAIN  # the window's re-check: a fresh paired probe
+        assert (gate.spec_sample.ticks, gate.plain_sample.ticks) == (0, 0)
+        paired_ticks(gate, TUNING.probe_ticks, 5, 0.012)
         assert gate.phase is Phase.SPECULATE
 
 
@@ -151,7 +165,8 @@ def test_a_window_whose_rate_falls_clearly_below_plain_stops_early():
     assert gate.phase is Phase.SPECULATE  # not judged before early_stop_ticks
     gate.record_spec_tick(1, 0.012)
     assert gate.phase is Phase.PROBE_PLAIN  # well before window_ticks
-    plain_ticks(gate, TUNING.probe_ticks)
+    while gate.probing:
+        paired_ticks(gate, 1, 1, 0.012)
     assert gate.phase is Phase.PLAIN
 
 
@@ -275,9 +290,10 @@ def test_the_deadline_restarts_with_every_probe():
     assert gate.phase is Phase.SPECULATE
     spec_ticks(gate, 20, 5, 0.012)  # the window ends: a re-check, a fresh probe
     assert gate.phase is Phase.PROBE_PLAIN
-    plain_ticks(gate, 3)  # nowhere near 12 ticks into this probe: not cut short
-    assert gate.phase is Phase.PROBE_PLAIN
-    plain_ticks(gate, 1)
+    plain_ticks(gate, 4)
+    spec_ticks(gate, 3, 5, 0.012)  # 7 ticks into this probe, not 12: not cut short
+    assert gate.phase is Phase.PROBE_SPEC
+    spec_ticks(gate, 1, 5, 0.012)
     assert gate.phase is Phase.SPECULATE
 
 
@@ -379,3 +395,37 @@ def test_the_relative_variance_is_the_ratio_estimators():
     rate = total_tokens / sum(s for _, s in ticks)
     residuals = sum((t - rate * s) ** 2 for t, s in ticks)
     assert sample.relative_variance() == pytest.approx(residuals * n / ((n - 1) * total_tokens**2))
+
+
+# -- paired probes ----------------------------------------------------------------------------
+
+
+def test_a_probe_alternates_speculating_and_plain_ticks():
+    gate = make_gate()
+    gate.record_spec_tick(5, 0.012)  # warm-up
+    asked = []
+    while gate.probing:
+        asked.append(gate.phase)
+        tick_as_asked(gate, 5, 0.012)
+        if len(asked) > 2 * TUNING.probe_ticks:
+            break
+    assert asked[:4] == [Phase.PROBE_SPEC, Phase.PROBE_PLAIN] * 2
+    assert gate.phase is Phase.SPECULATE
+
+
+def test_a_machine_that_slows_down_during_a_probe_does_not_make_speculation_win():
+    # Speculation commits exactly what plain decoding does per second, and four ticks into the
+    # probe the machine slows by a quarter (on a shared 2-core host it does, within seconds).
+    # Asked in turn, both samples see the slow machine alike, and the probe ends as a loss.
+    # (Two blocks, speculating then plain, measure plain on the slow machine only: 1.25x, and a
+    # clear win on one probe.)
+    gate = make_gate(tuning=GateTuning(probe_ticks=4, early_stop_ticks=6, settle_ticks=64))
+    gate.record_spec_tick(4, 0.020)  # warm-up
+    tick = 0
+    while gate.probing:
+        scale = 1.0 if tick < 4 else 1.25
+        tick_as_asked(gate, 4, 0.020 * scale, PLAIN_SECONDS * scale)  # 200 tokens/s, as plain
+        tick += 1
+    assert gate.phase is Phase.PLAIN
+    verdict = gate.last_verdict
+    assert verdict is not None and verdict.spec_rate == pytest.approx(verdict.plain_rate, rel=0.1)
