@@ -97,9 +97,9 @@ def test_speculation_clearly_faster_keeps_speculating():
     # Across windows and re-checks, a faster speculation keeps winning.
     for _ in range(3):
         spec_ticks(gate, TUNING.window_ticks, 5, 0.012)
-        assert gate.phase is Phase.PROBE_PLAIN  # the window's re-check: a fresh paired probe
-        assert (gate.spec_sample.ticks, gate.plain_sample.ticks) == (0, 0)
-        paired_ticks(gate, TUNING.probe_ticks, 5, 0.012)
+        assert gate.phase is Phase.PROBE_PLAIN  # the window's re-check
+        assert gate.spec_sample.ticks == TUNING.window_ticks  # the window is its spec sample
+        plain_ticks(gate, TUNING.probe_ticks)
         assert gate.phase is Phase.SPECULATE
 
 
@@ -165,8 +165,7 @@ def test_a_window_whose_rate_falls_clearly_below_plain_stops_early():
     assert gate.phase is Phase.SPECULATE  # not judged before early_stop_ticks
     gate.record_spec_tick(1, 0.012)
     assert gate.phase is Phase.PROBE_PLAIN  # well before window_ticks
-    while gate.probing:
-        paired_ticks(gate, 1, 1, 0.012)
+    plain_ticks(gate, TUNING.probe_ticks)
     assert gate.phase is Phase.PLAIN
 
 
@@ -290,10 +289,9 @@ def test_the_deadline_restarts_with_every_probe():
     assert gate.phase is Phase.SPECULATE
     spec_ticks(gate, 20, 5, 0.012)  # the window ends: a re-check, a fresh probe
     assert gate.phase is Phase.PROBE_PLAIN
-    plain_ticks(gate, 4)
-    spec_ticks(gate, 3, 5, 0.012)  # 7 ticks into this probe, not 12: not cut short
-    assert gate.phase is Phase.PROBE_SPEC
-    spec_ticks(gate, 1, 5, 0.012)
+    plain_ticks(gate, 3)  # nowhere near 12 ticks into this probe: not cut short
+    assert gate.phase is Phase.PROBE_PLAIN
+    plain_ticks(gate, 1)
     assert gate.phase is Phase.SPECULATE
 
 
