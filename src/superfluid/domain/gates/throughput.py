@@ -377,10 +377,8 @@ class ThroughputGate:
             tuning.early_stop_ratio, self._plain_reference
         )
         if over or falling:
-            # Re-check: the window is the speculating sample; plain is measured afresh. (A
-            # fresh paired probe instead cost copy-heavy 4-client cells a third of their
-            # speed-up: its evidence on such noisy ticks takes up to the deadline to settle,
-            # and half those ticks are plain. ADR 0016.)
+            # Re-check: the window is the speculating sample; plain is measured afresh (a
+            # fresh paired probe would spend as many plain ticks again; ADR 0016).
             self._spec = window
             self._plain = RateSample()
             self._window = RateSample()
