@@ -28,13 +28,8 @@ def plain_ticks(gate, count, tokens=PLAIN_TOKENS, seconds=PLAIN_SECONDS):
         gate.record_plain_tick(tokens, seconds)
 
 
-def paired_ticks(gate, pairs, tokens, seconds, plain_seconds=PLAIN_SECONDS):
-    """Ticks as the gate asks for them: plain when it probes plain, speculating otherwise."""
-    for _ in range(2 * pairs):
-        tick_as_asked(gate, tokens, seconds, plain_seconds)
-
-
 def tick_as_asked(gate, tokens, seconds, plain_seconds=PLAIN_SECONDS):
+    """One tick as the gate asks for it: plain when it probes plain, speculating otherwise."""
     if gate.phase is Phase.PROBE_PLAIN:
         gate.record_plain_tick(PLAIN_TOKENS, plain_seconds)
     else:
