@@ -202,6 +202,24 @@ def test_every_target_is_judged_on_both_rates_next_to_its_ratios():
     assert "0.97× (≥ 0.95 ✓)" in page  # off / raw loop, end to end 30 / 31 and decode 32 / 33
 
 
+def test_each_decode_only_verdict_shows_its_runs_spread_and_how_many_met():
+    results = synthetic_results()
+    cells = []
+    for cell in results.cells:
+        if cell.key == ("copy-heavy", 0.0, 1) and cell.system == AUTO:
+            # Decode-only 40, 50 and 60 tok/s against the n-gram server's 45: 0.89, 1.11, 1.33.
+            runs = tuple(
+                dataclasses.replace(cell.rounds[0], decode_wall=127 / rate) for rate in (40, 50, 60)
+            )
+            cell = dataclasses.replace(cell, rounds=runs)
+        cells.append(cell)
+    page = markdown(dataclasses.replace(results, cells=tuple(cells)))
+    assert "decode-only runs |" in page
+    assert "greedy, 1 client | 1.60× | ✓ | 1.11× | ✓ | 0.89–1.33, 2 of 3 met |" in page
+    # Runs that agree show no spread.
+    assert "greedy, 2 clients | 1.60× | ✓ | 0.89× | ✗ miss | 0.89–0.89, 0 of 3 met |" in page
+
+
 def test_a_verdict_says_whether_each_rate_met_its_target():
     by_cell = {
         (v.target.label, v.cell): v
