@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,22 @@ def synthetic_results() -> Results:
     )
 
 
+def _with_rounds(
+    results: Results,
+    system: str,
+    key: tuple[str, float, int],
+    rounds: Callable[[Cell], tuple[Round, ...]],
+) -> Results:
+    """`results` with the rounds of `system`'s cell at `key` replaced by `rounds(cell)`."""
+    cells = tuple(
+        dataclasses.replace(cell, rounds=rounds(cell))
+        if cell.system == system and cell.key == key
+        else cell
+        for cell in results.cells
+    )
+    return dataclasses.replace(results, cells=cells)
+
+
 def _tables(page: str) -> list[list[str]]:
     """Each markdown table of the page as its lines, header first."""
     tables: list[list[str]] = []
@@ -203,17 +220,16 @@ def test_every_target_is_judged_on_both_rates_next_to_its_ratios():
 
 
 def test_each_decode_only_verdict_shows_its_runs_spread_and_how_many_met():
-    results = synthetic_results()
-    cells = []
-    for cell in results.cells:
-        if cell.key == ("copy-heavy", 0.0, 1) and cell.system == AUTO:
-            # Decode-only 40, 50 and 60 tok/s against the n-gram server's 45: 0.89, 1.11, 1.33.
-            runs = tuple(
-                dataclasses.replace(cell.rounds[0], decode_wall=127 / rate) for rate in (40, 50, 60)
-            )
-            cell = dataclasses.replace(cell, rounds=runs)
-        cells.append(cell)
-    page = markdown(dataclasses.replace(results, cells=tuple(cells)))
+    # Decode-only 40, 50 and 60 tok/s against the n-gram server's 45: 0.89, 1.11, 1.33.
+    results = _with_rounds(
+        synthetic_results(),
+        AUTO,
+        ("copy-heavy", 0.0, 1),
+        lambda cell: tuple(
+            dataclasses.replace(cell.rounds[0], decode_wall=127 / rate) for rate in (40, 50, 60)
+        ),
+    )
+    page = markdown(results)
     assert "decode-only runs |" in page
     assert "greedy, 1 client | 1.60× | ✓ | 1.11× | ✓ | 0.89–1.33, 2 of 3 met |" in page
     # Runs that agree show no spread.
@@ -378,17 +394,15 @@ def test_llama_server_has_its_own_table_with_the_best_configuration_per_cell():
 
 def test_the_best_llama_server_follows_the_rate_it_is_judged_on():
     # Plain llama-server made the faster one decode-only (60 tok/s), the n-gram one end to end.
-    base = synthetic_results()
-    cells = []
-    for cell in base.cells:
-        if cell.key == ("copy-heavy", 0.0, 1) and cell.system == LLAMA_SERVER:
-            rounds = tuple(
-                Round(r.replies, r.wall, r.decode_tokens, r.decode_wall / 2) for r in cell.rounds
-            )
-            cell = Cell(cell.system, cell.workload, cell.temperature, cell.clients, rounds)
-        cells.append(cell)
-    results = Results(base.machine, base.settings, base.command, base.servers, tuple(cells))
     key = ("copy-heavy", 0.0, 1)
+    results = _with_rounds(
+        synthetic_results(),
+        LLAMA_SERVER,
+        key,
+        lambda cell: tuple(
+            Round(r.replies, r.wall, r.decode_tokens, r.decode_wall / 2) for r in cell.rounds
+        ),
+    )
     assert best_llama(results, key, END_TO_END).system == LLAMA_SPEC
     assert best_llama(results, key, DECODE_ONLY).system == LLAMA_SERVER
     (against,) = [
