@@ -567,8 +567,12 @@ class Verdict:
     target: Target
     cell: str
     ratio: float | None  # end to end
-    decode_ratio: float | None  # decode-only; None where a system has no decode-only rate
-    decode_runs: tuple[float, ...] = ()  # decode-only, each run's paired ratio
+    decode_runs: tuple[float, ...]  # decode-only, each run's paired ratio
+
+    @property
+    def decode_ratio(self) -> float | None:
+        """The median decode-only ratio; None where a system has no decode-only rate."""
+        return statistics.median(self.decode_runs) if self.decode_runs else None
 
     def met(self, metric: str) -> bool | None:
         ratio = self.ratio if metric == END_TO_END else self.decode_ratio
@@ -585,11 +589,10 @@ def verdicts(results: Results) -> list[Verdict]:
             decode_runs = paired_ratios(
                 cell, cell_for(results, target.denominator, cell.key, DECODE_ONLY), DECODE_ONLY
             )
-            decode_ratio = statistics.median(decode_runs) if decode_runs else None
-            if ratio is None and decode_ratio is None:
+            if ratio is None and not decode_runs:
                 continue
             label = f"{cell.workload}, {temperature_label(cell.temperature)}, {cell.clients} client{'s' if cell.clients > 1 else ''}"
-            found.append(Verdict(target, label, ratio, decode_ratio, decode_runs))
+            found.append(Verdict(target, label, ratio, decode_runs))
     return found
 
 
