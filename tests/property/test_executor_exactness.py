@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.requests import GenerationRequest
-from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.gates.depth import MATCH_CLASSES
+from superfluid.domain.gates.policy import SpecPolicy, TickPlan
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
 from tests.fakes import FakeModel, FakeRuntime
@@ -121,3 +122,68 @@ def test_a_reused_prefix_changes_no_token(
     fresh = converse(model, openings, follow_ups, sampling, reuse=False, **kwargs)
     reused = converse(model, openings, follow_ups, sampling, reuse=True, **kwargs)
     assert reused == fresh
+
+
+class ClassPlan:
+    """A policy that plans the same per-class depths every tick, filled or not: it stands for
+    whatever the gates decide, which must never change what is committed."""
+
+    def __init__(self, by_class, fill):
+        self._plan = TickPlan(max(by_class), tuple(by_class), fill=fill)
+
+    def plan(self, lane_count):
+        return self._plan
+
+    def may_draft(self, request_id):
+        return True
+
+    def request_started(self, request_id):
+        pass
+
+    def request_finished(self, request_id):
+        pass
+
+    def record_round(self, request_id, lane_count, *, drafted, accepted, klass=0, asked=None):
+        assert 0 <= accepted <= drafted <= max(1, asked or 0)
+
+    def record_spec_tick(self, lane_count, *, drafted, committed, seconds, rows):
+        pass
+
+    def record_plain_tick(self, lane_count, *, committed, seconds):
+        pass
+
+
+@given(
+    prompts,
+    params,
+    st.integers(1, 6),
+    st.lists(st.integers(0, 9), min_size=MATCH_CLASSES, max_size=MATCH_CLASSES).filter(any),
+    st.booleans(),
+    st.integers(0, 3),
+    st.integers(1, 30),
+)
+def test_filled_and_per_class_drafts_commit_what_plain_decoding_does(
+    prompt_list, sampling, max_lanes, by_class, fill, salt, max_tokens
+):
+    model = FakeModel(vocab=12, order=1 + salt % 2, peak=4.0, salt=salt)
+
+    def generate_with(policy):
+        runtime = FakeRuntime(model, context_size=64)
+        executor = Executor(
+            runtime,
+            max_lanes=max_lanes,
+            clock=itertools.count(0, 0.01).__next__,
+            drafter=PromptLookupDrafter() if policy else None,
+            policy=policy,
+        )
+        requests = [GenerationRequest(list(p), sampling, max_tokens) for p in prompt_list]
+        for request in requests:
+            executor.submit(request)
+        out = {request.id: [] for request in requests}
+        while not executor.idle:
+            for event in executor.tick():
+                out[event.request_id].extend(event.tokens)
+        assert runtime.kv == executor.parked()
+        return [out[r.id] for r in requests]
+
+    assert generate_with(ClassPlan(by_class, fill)) == generate_with(None)

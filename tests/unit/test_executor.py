@@ -540,6 +540,37 @@ def test_each_lane_drafts_as_deep_as_its_drafts_match_class_allows():
     assert all(asked == by_class[klass] for klass, asked in policy.asked)
 
 
+class FillingClassDepths(ClassDepths):
+    """Per-class depths with `TickPlan.fill`, as the policy plans from four lanes on."""
+
+    def plan(self, lane_count):
+        return TickPlan(max(self._by_class), self._by_class, fill=True)
+
+
+def test_a_class_that_does_not_draft_fills_a_tick_in_which_another_lane_drafts():
+    policy = FillingClassDepths((1, 7, 0))
+    looping = FakeModel(eos=False)
+    plain, _, _ = run(FakeRuntime(looping), requests_for(PROMPTS, max_tokens=60), speculate=False)
+    spec, _, _ = run(
+        FakeRuntime(looping), requests_for(PROMPTS, max_tokens=60), speculate=True, policy=policy
+    )
+    assert spec == plain
+    filled = [drafted for klass, drafted, _ in policy.rounds if klass == 2]
+    assert filled and all(drafted > 0 for drafted in filled), "class 2 never filled a tick"
+    # A filled lane is asked for the tick's widest draft (never 0, never past the deepest
+    # class's depth), and its round is reported with that.
+    asked_of_filled = [asked for klass, asked in policy.asked if klass == 2]
+    assert all(0 < asked <= 7 for asked in asked_of_filled)
+    assert all(drafted <= asked for drafted, asked in zip(filled, asked_of_filled, strict=True))
+
+
+def test_without_fill_a_class_that_does_not_draft_never_drafts():
+    policy = ClassDepths((1, 7, 0))
+    looping = FakeModel(eos=False)
+    run(FakeRuntime(looping), requests_for(PROMPTS, max_tokens=60), speculate=True, policy=policy)
+    assert policy.rounds and all(klass != 2 for klass, _, _ in policy.rounds)
+
+
 def test_a_round_is_reported_under_its_match_class_even_when_every_class_drafts_alike():
     policy = ClassDepths((4, 4, 4))
     policy.plan = lambda lane_count: TickPlan(4)  # one depth for all: no per-class depths

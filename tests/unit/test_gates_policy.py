@@ -1,7 +1,7 @@
 import pytest
 
 from superfluid.domain.errors import SettingsError
-from superfluid.domain.gates.depth import ROUNDS_BEFORE_TUNING
+from superfluid.domain.gates.depth import ROUNDS_BEFORE_TUNING, SHARED_DEPTH_FROM_LANES
 from superfluid.domain.gates.policy import PLAIN, SpecPolicy, TickPlan
 from superfluid.domain.gates.throughput import GateTuning, Phase
 from superfluid.domain.gates.yield_floor import RequestYield
@@ -185,6 +185,17 @@ def test_sure_drafts_go_deep_and_unsure_ones_stop_drafting():
     assert plan.by_class[2] == 64  # always accepted: as deep as the runtime verifies
     assert plan.depth == 64
     assert plan.depth_for(0) == 0 and plan.depth_for(2) == 64
+
+
+def test_from_four_lanes_a_tick_whose_classes_differ_is_filled():
+    # Every class drafts well, but class 0's drafts are short: from 4 lanes the classes that
+    # draft share one depth, and the one that does not draft fills the tick (TickPlan.fill).
+    for lanes in (1, 2, 3, 4):
+        policy = make_policy(SpecSettings(throughput_gate=False, min_yield=0.0), match_classes=3)
+        rounds_by_class(policy, 300, [lambda d: 0, lambda d: d, lambda d: d], lanes=lanes)
+        plan = policy.plan(lanes)
+        assert plan.depth_for(0) == 0 < plan.depth_for(2), lanes
+        assert plan.fill == (lanes >= SHARED_DEPTH_FROM_LANES), lanes
 
 
 def test_a_drafter_without_match_classes_gets_one_depth():

@@ -172,6 +172,8 @@ class Executor:
         # One plan per tick: the gates answer per lane count, not per lane.
         tick = self._tick_plan(decoding)
         plans = [self._plan(lane, decoding, tick) for lane in self._lanes]
+        if tick.fill:
+            plans = self._fill(plans)
         try:
             rows = self._runtime.step([plan.feed for plan in plans])
         except Exception as error:  # a runtime fault fails this tick's lanes, not the server
@@ -326,7 +328,10 @@ class Executor:
             chunk = lane.request.prompt[lane.prefilled : lane.prefilled + PREFILL_CHUNK]
             return _Plan(lane, Feed(lane.seq, chunk, lane.prefilled), [], prefill=True)
         klass = self._match_class(lane, tick)
-        asked = tick.depth_for(klass)
+        return self._drafted(lane, klass, tick.depth_for(klass))
+
+    def _drafted(self, lane: _Lane, klass: int, asked: int) -> _Plan:
+        assert lane.pending is not None
         draft, q = self._draft(lane, asked)
         tokens = [lane.pending, *draft]
         return _Plan(
@@ -338,6 +343,19 @@ class Executor:
             klass,
             asked,
         )
+
+    def _fill(self, plans: list[_Plan]) -> list[_Plan]:
+        """Lanes whose class was asked for no draft draft up to the tick's widest draft
+        (`TickPlan.fill`): the runtime pads them to that width anyway."""
+        widest = max(len(plan.draft) for plan in plans)
+        if widest == 0:
+            return plans
+        return [
+            self._drafted(plan.lane, plan.klass, widest)
+            if not plan.prefill and plan.asked == 0
+            else plan
+            for plan in plans
+        ]
 
     @staticmethod
     def _match_class(lane: _Lane, tick: TickPlan) -> int:

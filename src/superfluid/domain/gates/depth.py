@@ -39,10 +39,12 @@ weight again, or are padded with throwaway rows (`adapters/llamacpp/runtime.py`)
 depths (say 1, 0 and 7) make exactly such ticks, so from `SHARED_DEPTH_FROM_LANES` lanes on the
 classes that draft share one depth: the candidate that the mixture of their acceptance curves,
 weighted by how often each class drafted lately, prices best. Whether a class drafts at all stays
-its own call. Below that each class keeps its own depth: at 2 lanes a split pass costs less than
-drafting every class to one depth. (Fresh copy-heavy prompts: in-process at 8 lanes 118.6 →
-135.3 tok/s; over HTTP, paired, 1.22× at 4 clients and 1.04× at 8; at 2 lanes it lost 4-7%
-in-process; ADR 0014.)
+its own call, except in a tick where another lane drafts: the step is padded to that lane's
+width anyway, so the lane drafts too, its draft costing only its logits rows (`TickPlan.fill`).
+Below that each class keeps its own depth: at 2 lanes a split pass costs less than drafting
+every class to one depth. (Fresh copy-heavy prompts: in-process at 8 lanes 118.6 → 135.3 tok/s;
+over HTTP, paired, 1.22× at 4 clients and 1.04× at 8; at 2 lanes it lost 4-7% in-process; the
+fill a further 1.18× at 4 lanes and 1.10× at 8 in-process; ADR 0014.)
 
 Every `EXPLORE_EVERY` recorded steps the controller proposes a neighbour of its best depth
 (alternately deeper and shallower, among the candidates), so a depth whose measurements are stale

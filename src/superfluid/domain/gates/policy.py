@@ -14,7 +14,8 @@ Who decides what:
   sure a draft is; a drafter without match lengths has one class), among depths whose verify
   step carries a power-of-two number of rows, or no draft for a class whose drafts do not pay;
   from `SHARED_DEPTH_FROM_LANES` (4) lanes on the classes that draft share one depth, so a
-  tick's lanes feed one width;
+  tick's lanes feed one width, and a lane whose class does not draft fills a tick in which
+  another lane drafts (`TickPlan.fill`: its rows are padded in anyway);
   it prices drafts with one step-cost table per model, keyed by a step's total rows (every lane
   count's ticks measure it: see `gates/step_cost.py`), and learns acceptance per match class
   once per model (`AcceptanceModel`), so a lane count reached for the first time picks its
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 
 from superfluid.domain.gates.depth import (
     MATCH_CLASSES,
+    SHARED_DEPTH_FROM_LANES,
     AcceptanceModel,
     DepthController,
     DepthMode,
@@ -59,10 +61,17 @@ class TickPlan:
 
     `by_class` holds the depth for each match class (`gates/depth.py`), 0 for a class that does
     not draft; `depth` is the deepest of them. Empty: every class drafts at `depth`.
+
+    `fill`: a lane whose class does not draft still drafts, up to the widest draft of its tick,
+    when another lane of the tick drafts. The step is that wide anyway (the runtime pads the
+    narrower feeds, `adapters/llamacpp/runtime.py`), so such a lane's draft costs only its logits
+    rows, not the weights a pass reads nor the layers a padding row runs (ADR 0014, "Drafts
+    that fill a padded step").
     """
 
     depth: int
     by_class: tuple[int, ...] = ()
+    fill: bool = False
 
     @property
     def speculate(self) -> bool:
@@ -150,7 +159,11 @@ class SpecPolicy:
         deepest = max(depths)
         if deepest == 0:
             return PLAIN  # no class drafts at this lane count (until exploration tries one)
-        return TickPlan(deepest, depths if len(set(depths)) > 1 else ())
+        if len(set(depths)) == 1:
+            return TickPlan(deepest)
+        # Where the classes that draft share one depth, a tick's drafting lanes feed one width
+        # and the others are padded to it: their rows are there anyway, so they draft too.
+        return TickPlan(deepest, depths, fill=lane_count >= SHARED_DEPTH_FROM_LANES)
 
     def may_draft(self, request_id: Hashable) -> bool:
         return self._floor.may_draft(request_id)
