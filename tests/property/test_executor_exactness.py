@@ -29,14 +29,19 @@ params = st.builds(
 
 
 def generate(model, requests, *, speculate, max_lanes, depth, adaptive):
-    runtime = FakeRuntime(model, context_size=64)
     policy = SpecPolicy(SpecSettings(adaptive=adaptive), default_depth=depth)
+    return generate_with(model, requests, max_lanes=max_lanes, policy=policy if speculate else None)
+
+
+def generate_with(model, requests, *, max_lanes, policy):
+    """Each request's tokens and finish; prompt-lookup drafts under `policy` (None: plain)."""
+    runtime = FakeRuntime(model, context_size=64)
     executor = Executor(
         runtime,
         max_lanes=max_lanes,
         clock=itertools.count(0, 0.01).__next__,
-        drafter=PromptLookupDrafter() if speculate else None,
-        policy=policy if speculate else None,
+        drafter=PromptLookupDrafter() if policy is not None else None,
+        policy=policy,
     )
     for request in requests:
         executor.submit(request)
@@ -51,6 +56,16 @@ def generate(model, requests, *, speculate, max_lanes, depth, adaptive):
     return [(out[r.id], finish[r.id]) for r in requests]
 
 
+def workload(prompt_list, sampling, salt, max_tokens):
+    """A fake model picked by `salt`, and a maker of fresh requests for the prompts."""
+    model = FakeModel(vocab=12, order=1 + salt % 2, peak=4.0, salt=salt)
+
+    def requests():
+        return [GenerationRequest(list(p), sampling, max_tokens) for p in prompt_list]
+
+    return model, requests
+
+
 @given(
     prompts,
     params,
@@ -63,10 +78,7 @@ def generate(model, requests, *, speculate, max_lanes, depth, adaptive):
 def test_speculative_output_equals_plain_output_for_any_prompts_lanes_and_sampler(
     prompt_list, sampling, max_lanes, depth, adaptive, salt, max_tokens
 ):
-    model = FakeModel(vocab=12, order=1 + salt % 2, peak=4.0, salt=salt)
-
-    def requests():
-        return [GenerationRequest(list(p), sampling, max_tokens) for p in prompt_list]
+    model, requests = workload(prompt_list, sampling, salt, max_tokens)
 
     plain = generate(
         model, requests(), speculate=False, max_lanes=max_lanes, depth=depth, adaptive=adaptive
@@ -165,25 +177,7 @@ class ClassPlan:
 def test_filled_and_per_class_drafts_commit_what_plain_decoding_does(
     prompt_list, sampling, max_lanes, by_class, fill, salt, max_tokens
 ):
-    model = FakeModel(vocab=12, order=1 + salt % 2, peak=4.0, salt=salt)
+    model, requests = workload(prompt_list, sampling, salt, max_tokens)
 
-    def generate_with(policy):
-        runtime = FakeRuntime(model, context_size=64)
-        executor = Executor(
-            runtime,
-            max_lanes=max_lanes,
-            clock=itertools.count(0, 0.01).__next__,
-            drafter=PromptLookupDrafter() if policy else None,
-            policy=policy,
-        )
-        requests = [GenerationRequest(list(p), sampling, max_tokens) for p in prompt_list]
-        for request in requests:
-            executor.submit(request)
-        out = {request.id: [] for request in requests}
-        while not executor.idle:
-            for event in executor.tick():
-                out[event.request_id].extend(event.tokens)
-        assert runtime.kv == executor.parked()
-        return [out[r.id] for r in requests]
-
-    assert generate_with(ClassPlan(by_class, fill)) == generate_with(None)
+    spec = generate_with(model, requests(), max_lanes=max_lanes, policy=ClassPlan(by_class, fill))
+    assert spec == generate_with(model, requests(), max_lanes=max_lanes, policy=None)
