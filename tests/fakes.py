@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
+from superfluid.domain.gates.policy import TickPlan
 from superfluid.domain.tool_calls import ToolFamily
 
 EOS = 0
@@ -135,3 +136,34 @@ class FakeRuntime:
                 rows.append(self.model.logits(cells))
             out.append(np.stack(rows if feed.all_rows else rows[-1:]))
         return out
+
+
+class ClassPlan:
+    """A policy that plans the same per-class depths every tick, filled or not: it stands for
+    whatever the gates decide, which must never change what is committed."""
+
+    def __init__(self, by_class, fill):
+        self._plan = TickPlan(max(by_class), tuple(by_class), fill=fill)
+        self.rounds = []  # (class, drafted, accepted) of every verified round
+
+    def plan(self, lane_count):
+        return self._plan
+
+    def may_draft(self, request_id):
+        return True
+
+    def request_started(self, request_id):
+        pass
+
+    def request_finished(self, request_id):
+        pass
+
+    def record_round(self, request_id, lane_count, *, drafted, accepted, klass=0, asked=None):
+        assert 0 <= accepted <= drafted <= max(1, asked or 0)
+        self.rounds.append((klass, drafted, accepted))
+
+    def record_spec_tick(self, lane_count, *, drafted, committed, seconds, rows):
+        pass
+
+    def record_plain_tick(self, lane_count, *, committed, seconds):
+        pass

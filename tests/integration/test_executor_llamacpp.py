@@ -14,6 +14,7 @@ from superfluid.application.requests import Finish, GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
+from tests.fakes import ClassPlan
 
 pytestmark = pytest.mark.slow
 
@@ -36,13 +37,15 @@ def policy_that_always_drafts(depth: int) -> SpecPolicy:
     return SpecPolicy(settings, default_depth=depth, depth_cap=depth)
 
 
-def generate(runtime, prompts, *, speculate, max_tokens=48, depth=4, lanes=4, params=GREEDY):
+def generate(
+    runtime, prompts, *, speculate, max_tokens=48, depth=4, lanes=4, params=GREEDY, policy=None
+):
     executor = Executor(
         runtime,
         max_lanes=lanes,
         clock=time.perf_counter,
         drafter=PromptLookupDrafter() if speculate else None,
-        policy=policy_that_always_drafts(depth) if speculate else None,
+        policy=(policy or policy_that_always_drafts(depth)) if speculate else None,
     )
     requests = [
         GenerationRequest(runtime.tokenize(p, add_special=True), params, max_tokens)
@@ -182,6 +185,18 @@ def test_with_the_default_gates_greedy_output_is_plain_greedy(long_runtime):
             out[event.request_id].extend(event.tokens)
     executor.release_parked()
     assert [out[r.id] for r in requests] == plain
+
+
+def test_drafts_that_fill_a_padded_step_decode_as_plain_greedy(runtime):
+    # Only matches of 8+ tokens are asked to draft; the other lanes fill the ticks one drafts in
+    # (TickPlan.fill), so the real model's steps are padded and filled: output stays plain's.
+    prompts = [COPY_PROMPT, *OPEN_PROMPTS[:3]]
+    plain = plain_reference(runtime, prompts, 40)
+    policy = ClassPlan((0, 0, 7), fill=True)
+    spec, _, widest = generate(runtime, prompts, speculate=True, max_tokens=40, policy=policy)
+    assert widest == 4
+    assert spec == plain
+    assert any(klass < 2 and drafted for klass, drafted, _ in policy.rounds), "nothing filled"
 
 
 @settings(max_examples=6, deadline=None, derandomize=True)

@@ -9,10 +9,10 @@ from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.depth import MATCH_CLASSES
-from superfluid.domain.gates.policy import SpecPolicy, TickPlan
+from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
-from tests.fakes import FakeModel, FakeRuntime
+from tests.fakes import ClassPlan, FakeModel, FakeRuntime
 
 prompts = st.lists(st.lists(st.integers(1, 11), min_size=1, max_size=24), min_size=1, max_size=6)
 params = st.builds(
@@ -134,35 +134,6 @@ def test_a_reused_prefix_changes_no_token(
     fresh = converse(model, openings, follow_ups, sampling, reuse=False, **kwargs)
     reused = converse(model, openings, follow_ups, sampling, reuse=True, **kwargs)
     assert reused == fresh
-
-
-class ClassPlan:
-    """A policy that plans the same per-class depths every tick, filled or not: it stands for
-    whatever the gates decide, which must never change what is committed."""
-
-    def __init__(self, by_class, fill):
-        self._plan = TickPlan(max(by_class), tuple(by_class), fill=fill)
-
-    def plan(self, lane_count):
-        return self._plan
-
-    def may_draft(self, request_id):
-        return True
-
-    def request_started(self, request_id):
-        pass
-
-    def request_finished(self, request_id):
-        pass
-
-    def record_round(self, request_id, lane_count, *, drafted, accepted, klass=0, asked=None):
-        assert 0 <= accepted <= drafted <= max(1, asked or 0)
-
-    def record_spec_tick(self, lane_count, *, drafted, committed, seconds, rows):
-        pass
-
-    def record_plain_tick(self, lane_count, *, committed, seconds):
-        pass
 
 
 @given(
