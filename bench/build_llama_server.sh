@@ -1,7 +1,7 @@
 #!/bin/sh
 # Build llama.cpp's own `llama-server` (the peer bench/http_bench.py measures superfluid against)
 # once, from the same patched llama.cpp tree scripts/install.sh builds the wheel from
-# (scripts/llama_cpp_source.sh) and with the same portable CPU flags. The patches change no default
+# (scripts/llama_cpp_source.sh) and with the same CPU flags (scripts/llama_cpp_cpu_flags.sh). The patches change no default
 # (GGML_CPU_FA_TILED, GGML_CPU_REPACK_GEMM and GGML_CPU_TILED_ROW_ORDER are unset here), so the
 # peer runs llama.cpp's own kernels. The binary is cached outside the repo and reused:
 #   ${XDG_CACHE_HOME:-~/.cache}/superfluid/llama-server-<version>-<flagshash>/bin/llama-server
@@ -13,7 +13,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 LLAMA_CPP_VERSION=$(sh scripts/llama_cpp_source.sh version)
-CPU_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+CPU_FLAGS=$(sh scripts/llama_cpp_cpu_flags.sh)
 SERVER_FLAGS="-DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release"
 key=$(printf '%s %s %s' "$(sh scripts/llama_cpp_source.sh key)" "$CPU_FLAGS" "$SERVER_FLAGS" | cksum | cut -d' ' -f1)
 dest="${XDG_CACHE_HOME:-$HOME/.cache}/superfluid/llama-server-$LLAMA_CPP_VERSION-$key"

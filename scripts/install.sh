@@ -6,7 +6,8 @@
 # llama-cpp-python is source-only on PyPI, and superfluid patches its vendored llama.cpp
 # (scripts/patches/, ADR 0008), so the wheel is built here from scripts/llama_cpp_source.sh's
 # tree. On x86_64 Linux llama.cpp's default native build can emit instructions (AMX) that crash at
-# the first decode, so it is built for a portable AVX2 target. pip's wheel cache ignores
+# the first decode, so it is built with explicit flags: AVX2, and AVX-512 where this CPU has it
+# (scripts/llama_cpp_cpu_flags.sh). pip's wheel cache ignores
 # CMAKE_ARGS, so the wheel is built once per (version, patches, flags) into a wheelhouse of our
 # own and installed from there; other platforms use the default build flags.
 set -eu
@@ -23,7 +24,7 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install --quiet --upgrade pip
 
 if [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ]; then
-  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+  CMAKE_ARGS=$(sh scripts/llama_cpp_cpu_flags.sh)
   export CMAKE_ARGS
 fi
 version=$(sh scripts/llama_cpp_source.sh version)
@@ -37,7 +38,9 @@ if ! ls "$wheelhouse"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   .venv/bin/python -m pip wheel --quiet --no-cache-dir --no-deps "$src" -w "$wheelhouse.tmp"
   rm -rf "$wheelhouse" "$work" && mv "$wheelhouse.tmp" "$wheelhouse"
 fi
-# The patched build carries a local version label, so an unpatched install is replaced.
-.venv/bin/python -m pip install --quiet --no-cache-dir --no-deps --no-index \
+# The patched build carries a local version label, so an unpatched install is replaced; a build
+# of the same patches with other CPU flags carries the same label, so the wheel is always
+# reinstalled from this machine's wheelhouse (seconds).
+.venv/bin/python -m pip install --quiet --no-cache-dir --no-deps --no-index --force-reinstall \
   --find-links "$wheelhouse" "llama-cpp-python==$version+superfluid.$patches"
 .venv/bin/python -m pip install --quiet --no-cache-dir -e ".[$extras]"

@@ -424,8 +424,14 @@ def test_the_installed_llama_cpp_carries_the_patches(runtime: LlamaCppRuntime) -
 
     assert has_tiled_attention(llama()), "llama-cpp-python was built without scripts/patches/"
     assert has_repacked_gemm(llama()), "llama-cpp-python lacks scripts/patches/0002-*"
-    assert has_tiled_row_order(llama()), "llama-cpp-python lacks scripts/patches/0003-*"
-    assert runtime.kernels == BATCH_INVARIANT and runtime.kernels.repack_weights
+    native = llama().llama_cpp._lib
+    assert hasattr(native, "ggml_cpu_tiled_row_order_enabled"), "it lacks scripts/patches/0003-*"
+    # The tiled kernel's row order is an AVX2-without-VNNI mode; on an AVX-512 VNNI build
+    # (scripts/llama_cpp_cpu_flags.sh, ADR 0017) K-quants take the dot product at every row count.
+    expected = (
+        BATCH_INVARIANT if has_tiled_row_order(llama()) else BATCH_INVARIANT.without_tiled_kquants()
+    )
+    assert runtime.kernels == expected and runtime.kernels.repack_weights
 
 
 # Run in a subprocess: llama.cpp reads its switches once per process. "padded" reads
@@ -435,7 +441,7 @@ _ROWS_AGAINST_ONE_AT_A_TIME = """
 import dataclasses, os, sys
 import numpy as np
 from superfluid.adapters.llamacpp import LlamaCppRuntime
-from superfluid.adapters.llamacpp.kernels import BATCH_INVARIANT
+from superfluid.adapters.llamacpp.kernels import served_kernels
 from superfluid.adapters.llamacpp.native import llama
 from superfluid.application.ports import Feed
 
@@ -443,11 +449,12 @@ model, variant, prompt = sys.argv[1:]
 if variant == "padded":
     os.environ["GGML_CPU_REPACK_GEMM"] = "2"
     assert llama().llama_cpp._lib.ggml_cpu_repack_gemm_enabled() == 2
+served = served_kernels(llama())
 kernels = {
-    "served": BATCH_INVARIANT,
-    "padded": BATCH_INVARIANT,
-    "stock repacked": dataclasses.replace(BATCH_INVARIANT, repacked_gemm=False),
-    "stock tiled": dataclasses.replace(BATCH_INVARIANT, tiled_row_order=False),
+    "served": served,
+    "padded": served,
+    "stock repacked": dataclasses.replace(served, repacked_gemm=False),
+    "stock tiled": dataclasses.replace(served, tiled_kquants=True, tiled_row_order=False),
 }[variant]
 with LlamaCppRuntime.load(model, ctx_size=256, max_sequences=1, kernels=kernels) as rt:
     text = rt.tokenize(prompt, add_special=True)
