@@ -1,13 +1,15 @@
 """How many prompt-lookup tokens to verify per round, replayed without timing noise.
 
     .venv/bin/python -m bench.draft_length_sim [--tokens 128] [--refresh]
+        [--costs intel|epyc-avx2|epyc-avx512]
 
 Greedy speculation commits exactly the plain-greedy continuation (batch-invariant kernels, ADR
 0008), so a drafting rule can be judged offline: replay each bench prompt's continuation through
 prompt-lookup, let the rule choose k each round, accept the draft's common prefix with the
 continuation, and charge the round the cost of a verify step of k + 1 rows. The figure is
 committed tokens per one-row step (plain decoding = 1), with the served kernels' one-lane costs
-to 65 rows (`GRID_COST`, docs/benchmarks/step_cost.md). The prompts are the HTTP bench's first
+to 65 rows (`GRIDS`: the Intel grid of docs/benchmarks/step_cost.md, or the AMD EPYC machine
+the HTTP benches run on, on either build). The prompts are the HTTP bench's first
 fresh copy-heavy, long-prompt and open-ended ones; their continuations are decoded once with the
 demo model and kept in `~/.cache/superfluid/draft-length-sim.json` (`--refresh` decodes them
 again). Rules, all within the contract's draft content (docs/contract.md §4):
@@ -16,6 +18,9 @@ again). Rules, all within the contract's draft content (docs/contract.md §4):
   and skipping, warmed up over one pass of the prompts; at cap 15 (before issue 23) and 64;
 - **a fourth match class** for long copies (from 16, 32 or 48 tokens of match);
 - **at most N after a miss**: a lane whose last draft missed drafts at most N tokens next;
+- **served, cut at the first miss**: the served rule, each draft cut (by a clairvoyant) where
+  it will first be rejected: what the served depths would give if a failed draft cost only its
+  accepted rows (the controller still learns from the uncut draft);
 - **best k**: k chosen knowing how much of the draft will be accepted (an upper bound for any
   depth rule);
 - **oracle**: every round drafts 15, 31 or 63 tokens of the continuation, all accepted.
@@ -40,11 +45,20 @@ from superfluid.domain.gates.depth import (
 from superfluid.domain.gates.step_cost import StepCosts
 from superfluid.domain.prompt_lookup import PromptLookupIndex
 
-#: One lane's verify step of r rows, every row with logits, relative to one row: the served
-#: kernels' grid (docs/benchmarks/step_cost.md, 1 lane), linear between its measured counts.
-#: The runtime rounds logits rows up to counts the head runs cheaply (`cheap_logit_rows`), so
-#: the measured even counts are what a step of any count between them costs.
-GRID_COST = {1: 1.00, 2: 1.22, 4: 1.67, 8: 2.53, 16: 3.94, 32: 6.88, 64: 13.08, 65: 13.41}
+#: One lane's verify step of r rows, every row with logits, relative to one row, linear between
+#: the measured counts. The runtime rounds logits rows up to counts the head runs cheaply
+#: (`cheap_logit_rows`), so the measured even counts are what a step of any count between them
+#: costs. "intel": the served kernels' grid of docs/benchmarks/step_cost.md (1 lane, 66-token
+#: context). "epyc-avx2" and "epyc-avx512": the AMD EPYC 2-core machine of the HTTP benches,
+#: 300-token context, on the AVX2 build and on the AVX-512 build scripts/llama_cpp_cpu_flags.sh
+#: picks there (`bench.llamacpp_step_cost --kernels served[-untiled] --grid --reps 3 --context
+#: 300`, medians, 2026-12-04; 65 rows measured below 64 on AVX2: taken as 64's). On AVX2 there a
+#: row past the first costs about 0.35 of a one-row step, not 0.2 (ADR 0017).
+GRIDS = {
+    "intel": {1: 1.00, 2: 1.22, 4: 1.67, 8: 2.53, 16: 3.94, 32: 6.88, 64: 13.08, 65: 13.41},
+    "epyc-avx2": {1: 1.00, 2: 1.76, 4: 2.40, 8: 4.07, 16: 6.88, 32: 12.18, 64: 23.60, 65: 23.60},
+    "epyc-avx512": {1: 1.00, 2: 1.86, 4: 2.23, 8: 3.33, 16: 6.14, 32: 10.60, 64: 16.96, 65: 18.86},
+}
 
 
 def _interpolated(points: dict[int, float], rows: int) -> float:
@@ -55,7 +69,16 @@ def _interpolated(points: dict[int, float], rows: int) -> float:
     return points[below] + (rows - below) / (above - below) * (points[above] - points[below])
 
 
-COST = {rows: _interpolated(GRID_COST, rows) for rows in range(1, 66)}
+#: The cost of a step of each row count on the grid `main` chose (`use_grid`).
+COST: dict[int, float] = {}
+
+
+def use_grid(name: str) -> None:
+    COST.clear()
+    COST.update({rows: _interpolated(GRIDS[name], rows) for rows in range(1, 66)})
+
+
+use_grid("intel")
 DEPTH = 64
 CACHE = Path.home() / ".cache" / "superfluid" / "draft-length-sim.json"
 #: Prompts replayed per workload: the fresh prompts the HTTP bench sends first.
@@ -101,7 +124,8 @@ def continuations(tokens: int, refresh: bool) -> dict[str, dict[str, list[int]]]
 
 
 def replay(prompt: list[int], out: list[int], rule: Rule, *, knows: bool = False) -> float:
-    """Committed tokens per one-row step; `knows`: k is cut to what will be accepted."""
+    """Committed tokens per one-row step; `knows`: the draft is cut to what will be accepted
+    (the rule is still told how much it drafted)."""
     choose, told = rule
     index = PromptLookupIndex([*prompt, out[0]])
     state: dict = {}
@@ -112,13 +136,14 @@ def replay(prompt: list[int], out: list[int], rule: Rule, *, knows: bool = False
         accepted = 0
         while accepted < len(draft) and draft[accepted] == out[position + accepted]:
             accepted += 1
+        offered = len(draft)
         if knows:
             draft = draft[:accepted]
         committed = out[position : position + accepted + 1]
         index.extend(committed)
         position += len(committed)
         cost += COST[len(draft) + 1]
-        told(state, len(draft), accepted)
+        told(state, offered, accepted)
     return (len(out) - 1) / cost
 
 
@@ -150,8 +175,11 @@ def served(
     cap: int,
     starts: tuple[int, ...],
     cap_after_miss: int | None = None,
+    *,
+    cut_at_miss: bool = False,
 ) -> float:
-    """The served policy at depth cap `cap`, warmed up over one pass of the prompts."""
+    """The served policy at depth cap `cap`, warmed up over one pass of the prompts; with
+    `cut_at_miss`, each draft is cut where it will first be rejected."""
     controller = DepthController(
         default_depth=4,
         max_depth=cap,
@@ -162,7 +190,7 @@ def served(
     )
     rule = learnt(controller, starts, cap_after_miss)
     for _ in range(2):  # the first pass warms the controller up, as a server's first requests
-        runs = [replay(p["prompt"], p["out"], rule) for p in prompts]
+        runs = [replay(p["prompt"], p["out"], rule, knows=cut_at_miss) for p in prompts]
     return sum(runs) / len(runs)
 
 
@@ -170,7 +198,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--refresh", action="store_true", help="decode the continuations again")
+    parser.add_argument(
+        "--costs", choices=sorted(GRIDS), default="intel", help="the step-cost grid"
+    )
     args = parser.parse_args()
+    use_grid(args.costs)
     prompts = continuations(args.tokens, args.refresh)
     workloads = tuple(PROMPTS)
 
@@ -196,13 +228,19 @@ def main() -> None:
         "cap 64, classes 3/8, 7 after a miss": lambda w: served(mine(w), 64, (3, 8), 7),
         "cap 64, classes 3/8, 15 after a miss": lambda w: served(mine(w), 64, (3, 8), 15),
         "cap 64, classes 3/8, 31 after a miss": lambda w: served(mine(w), 64, (3, 8), 31),
+        "served, each draft cut at its first miss": lambda w: served(
+            mine(w), 64, (3, 8), cut_at_miss=True
+        ),
         "best k (knows the acceptance), cap 64": best_k,
         "oracle, depth 15": lambda w: 16 / COST[16],
         "oracle, depth 31": lambda w: 32 / COST[32],
         "oracle, depth 63": lambda w: 64 / COST[64],
     }
     counts = ", ".join(f"{len(mine(w))} {w}" for w in workloads)
-    print(f"{counts} prompts, {args.tokens} tokens each; committed tokens per one-row step\n")
+    print(
+        f"{counts} prompts, {args.tokens} tokens each, {args.costs} step costs; "
+        "committed tokens per one-row step\n"
+    )
     print("| rule | " + " | ".join(workloads) + " |")
     print("|---|" + "---|" * len(workloads))
     for name, figure in rows.items():
