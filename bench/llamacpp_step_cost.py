@@ -78,6 +78,10 @@ KERNELS = {
     "served": BATCH_INVARIANT,
     "served-unrepacked": BATCH_INVARIANT.without_repacking(),
     "served-untiled": BATCH_INVARIANT.without_tiled_kquants(),
+    # The served kernels with tinyBLAS's stock Q0 tiles (scripts/patches/0006-*: same values).
+    "served-sign-trick": dataclasses.replace(
+        BATCH_INVARIANT.without_tiled_kquants(), offset_dot=False
+    ),
     "served-tiled-forced": dataclasses.replace(
         BATCH_INVARIANT, tiled_row_order=False, tiled_kquants_forced=True
     ),

@@ -7,6 +7,7 @@ skips these tests with the reason; in CI it fails them.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import itertools
 import os
@@ -416,6 +417,7 @@ def test_the_installed_llama_cpp_carries_the_patches(runtime: LlamaCppRuntime) -
     # below would still pass.
     from superfluid.adapters.llamacpp.kernels import (
         BATCH_INVARIANT,
+        has_offset_dot,
         has_repacked_gemm,
         has_tiled_attention,
         has_tiled_row_order,
@@ -431,6 +433,11 @@ def test_the_installed_llama_cpp_carries_the_patches(runtime: LlamaCppRuntime) -
     expected = (
         BATCH_INVARIANT if has_tiled_row_order(llama()) else BATCH_INVARIANT.without_tiled_kquants()
     )
+    # tinyBLAS's offset dot product (0006) is an AVX-512 VNNI mode; elsewhere the stock tiles.
+    assert hasattr(native, "ggml_cpu_q0_offset_dot_enabled"), "it lacks scripts/patches/0006-*"
+    if not has_offset_dot(llama()):
+        expected = dataclasses.replace(expected, offset_dot=False)
+    assert bool(native.ggml_cpu_q0_offset_dot_enabled()) == expected.offset_dot
     assert runtime.kernels == expected and runtime.kernels.repack_weights
 
 

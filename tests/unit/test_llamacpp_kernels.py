@@ -26,7 +26,13 @@ class _Native:
     """The ctypes library: each patch it carries answers whether its switch was read on."""
 
     def __init__(
-        self, attention: bool | None, repack: bool | None, row_order: bool | None, supported: bool
+        self,
+        attention: bool | None,
+        repack: bool | None,
+        row_order: bool | None,
+        supported: bool,
+        offset: bool | None = None,
+        offset_supported: bool = True,
     ) -> None:
         if attention is not None:
             self.ggml_cpu_fa_tiled_enabled = lambda: int(attention)
@@ -35,6 +41,9 @@ class _Native:
         if row_order is not None:
             self.ggml_cpu_tiled_row_order_enabled = lambda: int(row_order and supported)
             self.ggml_cpu_tiled_row_order_supported = lambda: int(supported)
+        if offset is not None:
+            self.ggml_cpu_q0_offset_dot_enabled = lambda: int(offset and offset_supported)
+            self.ggml_cpu_q0_offset_dot_supported = lambda: int(offset_supported)
 
 
 def _lib(
@@ -42,16 +51,19 @@ def _lib(
     repack: bool | None = None,
     row_order: bool | None = None,
     supported: bool = True,
+    offset: bool | None = None,
+    offset_supported: bool = True,
 ) -> Any:
     """A library; None for a patch it lacks, else how it read that patch's switch. A build
-    without the row-order mode (`supported=False`) reads its switch as off."""
-    native = _Native(attention, repack, row_order, supported)
+    without the row-order mode (`supported=False`) or the offset dot product (not AVX-512 VNNI,
+    `offset_supported=False`) reads that switch as off."""
+    native = _Native(attention, repack, row_order, supported, offset, offset_supported)
     return SimpleNamespace(llama_cpp=SimpleNamespace(_lib=native))
 
 
 def _patched(**read: bool) -> Any:
     """A library with every patch, each switch read on unless `read` says otherwise."""
-    return _lib(**{"attention": True, "repack": True, "row_order": True, **read})
+    return _lib(**{"attention": True, "repack": True, "row_order": True, "offset": True, **read})
 
 
 @pytest.fixture(autouse=True)
@@ -63,6 +75,7 @@ def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
         kernels.TILED_ATTENTION_ENV,
         kernels.REPACK_GEMM_ENV,
         kernels.TILED_ROW_ORDER_ENV,
+        kernels.Q0_OFFSET_DOT_ENV,
     ):
         monkeypatch.delenv(env, raising=False)
 
@@ -73,6 +86,7 @@ def test_a_patched_llama_cpp_serves_every_patched_kernel() -> None:
     assert chosen.kv_type == GGML_TYPE_F16 and chosen.tiled_attention
     assert chosen.repack_weights and chosen.repacked_gemm
     assert chosen.tiled_kquants and chosen.tiled_row_order
+    assert chosen.offset_dot
     assert chosen.batch_invariant
 
 
@@ -81,6 +95,22 @@ def test_a_build_without_the_row_order_mode_serves_no_tiled_k_quants() -> None:
     chosen = served_kernels(_patched(supported=False))
     assert not chosen.tiled_kquants and not chosen.tiled_row_order and chosen.batch_invariant
     assert chosen.repack_weights and chosen.tiled_attention
+
+
+@pytest.mark.parametrize("library", [{"offset_supported": False}, {"offset": None}])
+def test_a_build_without_the_offset_dot_product_serves_the_stock_tiles(
+    library: dict[str, Any],
+) -> None:
+    # Not AVX-512 VNNI, or no patch 0006: tinyBLAS keeps its sign trick, the same values.
+    chosen = served_kernels(_patched(**library))
+    assert not chosen.offset_dot
+    assert chosen == replace(BATCH_INVARIANT, offset_dot=False) and chosen.batch_invariant
+
+
+def test_the_offset_dot_product_is_speed_only() -> None:
+    # It moves no value (scripts/patches/0006-*), so invariance does not depend on it.
+    assert replace(BATCH_INVARIANT, offset_dot=False).batch_invariant
+    assert not LLAMACPP_DEFAULT.offset_dot and not BF16_BATCH_INVARIANT.offset_dot
 
 
 def test_an_unpatched_llama_cpp_serves_bf16_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
@@ -133,6 +163,7 @@ def test_switches_are_set_before_llama_cpp_reads_them() -> None:
     assert os.environ[kernels.TILED_FORCE_ENV] == "0"
     assert os.environ[kernels.TILED_ATTENTION_ENV] == "1"
     assert os.environ[kernels.REPACK_GEMM_ENV] == "1"
+    assert os.environ[kernels.Q0_OFFSET_DOT_ENV] == "1"
 
 
 def test_tiled_attention_without_the_patch_is_refused() -> None:
@@ -152,6 +183,7 @@ def test_the_repacked_gemm_without_the_patch_is_refused_and_nothing_is_set() -> 
         ("attention", "GGML_CPU_FA_TILED"),
         ("repack", "GGML_CPU_REPACK_GEMM"),
         ("row_order", "GGML_CPU_TILED_ROW_ORDER"),
+        ("offset", "GGML_CPU_Q0_OFFSET_DOT"),
     ],
 )
 def test_a_switch_llama_cpp_already_read_the_other_way_is_refused(patch: str, env: str) -> None:
