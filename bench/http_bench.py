@@ -114,6 +114,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--quick", action="store_true", help="smoke run: 1 run, 1 and 4 clients, 64 tokens"
     )
     parser.add_argument("--runs", type=int, help="measured runs per cell (default 3; quick 1)")
+    parser.add_argument(
+        "--min-requests",
+        type=int,
+        help="more runs in a cell that would otherwise measure fewer requests than this "
+        "(default 8; quick 0): at one client a run is one prompt, and a median of two or three "
+        "prompts is mostly which prompts they were",
+    )
     parser.add_argument("--tokens", type=int, help="max_tokens per request (default 128; quick 64)")
     parser.add_argument("--clients", type=_ints, help="client counts (default 1,2,4,8; quick 1,4)")
     parser.add_argument(
@@ -193,6 +200,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     quick = args.quick
     args.runs = args.runs or (1 if quick else 3)
+    args.min_requests = (0 if quick else 8) if args.min_requests is None else args.min_requests
     args.tokens = args.tokens or (64 if quick else 128)
     args.clients = args.clients or ((1, 4) if quick else (1, 2, 4, 8))
     args.sampled_clients = args.sampled_clients or ((1, 4) if quick else (1, 2, 4))
@@ -304,12 +312,19 @@ def raw_loop_for(args: argparse.Namespace, model: Path, workload: Workload) -> R
     return loop
 
 
+def runs_for(args: argparse.Namespace, clients: int) -> int:
+    """Measured runs in a cell of `clients` clients: `--runs`, or as many as it takes to send
+    `--min-requests` requests. One prompt's reply can run at half or twice another's speed
+    (a deep draft is all or nothing), so a cell's paired ratio needs several prompts."""
+    runs: int = max(args.runs, -(-args.min_requests // clients))
+    return runs
+
+
 def raw_cells(args: argparse.Namespace, loop: RawLoop, workload: Workload) -> list[Cell]:
     """The raw loop's cell on its own, for a run that measures no superfluid 1-client cell to
     join (its prompts are the first rounds' of the workload)."""
-    return [
-        raw_cell(workload, [raw_round(loop, workload, r, args.tokens) for r in range(args.runs)])
-    ]
+    rounds = [raw_round(loop, workload, r, args.tokens) for r in range(runs_for(args, 1))]
+    return [raw_cell(workload, rounds)]
 
 
 def raw_cell(workload: Workload, rounds: list[Round]) -> Cell:
@@ -510,7 +525,7 @@ async def measured_cells(
         if raw is not None and clients == 1:
             joined.append(raw)
             rounds[RAW] = []
-        for run in range(args.runs):
+        for run in range(runs_for(args, clients)):
             # Alternate who goes first, so that neither system always runs right after the other.
             for turn in joined if run % 2 == 0 else joined[::-1]:
                 if isinstance(turn, RawLoop):
@@ -851,6 +866,7 @@ def main(argv: list[str] | None = None) -> None:
         model=model.name,
         max_tokens=args.tokens,
         runs=args.runs,
+        min_requests=args.min_requests,
         warmup_rounds=args.warmup,
         warmup_max=args.warmup_max,
         clients=args.clients,

@@ -657,7 +657,14 @@ def markdown(
         f"- date: {m.date}; the whole run took {results.minutes:.1f} minutes",
         f"- `/proc/loadavg` when measuring began: `{m.load_before}`; at the end: `{m.load_after}`",
         f"- Python {m.python}, llama-cpp-python {m.llama_cpp_python}",
-        f"- model: `{s.model}`; {s.max_tokens} tokens per request; {s.runs} measured run(s) per cell (median); "
+        f"- model: `{s.model}`; {s.max_tokens} tokens per request; {s.runs} measured run(s) per cell"
+        + (
+            f", more where that would measure fewer than {s.min_requests} requests "
+            f"({', '.join(f'{c} client(s): {max(s.runs, -(-s.min_requests // c))}' for c in s.clients)})"
+            if s.min_requests > s.runs
+            else ""
+        )
+        + " (median); "
         f"{s.warmup_rounds} warm-up round(s) before each speculating cell"
         + (
             f", then more (up to {s.warmup_max}) until its lane count's gate has decided"

@@ -194,6 +194,9 @@ class Settings:
     # the raw loop measured run by run in superfluid's greedy 1-client cells, on their prompts
     # (False in runs saved before: it ran before the servers, on prompts of its own)
     raw_interleaved: bool = False
+    # a cell of c clients runs at least ceil(min_requests / c) times (0 in runs saved before:
+    # `runs` in every cell)
+    min_requests: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,9 +67,8 @@ def test_measured_cells_send_no_server_a_round_twice(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(http_bench, "gate_settled", lambda samples, lanes: False)
     monkeypatch.setattr(http_bench, "cell_of", lambda *a: None)
     monkeypatch.setattr(http_bench, "log_cell", lambda cell: None)
-    args = parse_args(
-        ["--llama-server", __file__, "--runs", "3", "--warmup", "2", "--warmup-max", "2"]
-    )
+    options = ["--runs", "3", "--min-requests", "0", "--warmup", "2", "--warmup-max", "2"]
+    args = parse_args(["--llama-server", __file__, *options])
     systems = (AUTO, PLAIN, LLAMA_SERVERS[1])
     sides = [Side(system, "http://x", None, Request(system, 0.0, 8)) for system in systems]  # type: ignore[arg-type]
     workload = Workload("fresh", chat=True, variants=(), fresh=FreshPrompts())
@@ -85,6 +84,35 @@ def test_measured_cells_send_no_server_a_round_twice(monkeypatch: pytest.MonkeyP
     }
     assert measured[AUTO] == measured[PLAIN] == measured[LLAMA_SERVERS[1]]
     assert len(measured[AUTO]) == 3 * (1 + 4 + 2 + 8)
+
+
+def test_a_cell_runs_until_it_has_sent_the_minimum_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At one client a run is one prompt: `--min-requests` gives such a cell more runs, and
+    leaves a cell whose runs already send that many alone."""
+    runs: Counter[tuple[str, int]] = Counter()  # (system, clients) -> measured runs
+
+    async def fake_round(client: Any, workload: Workload, request: Request, clients: int, run: int):
+        if run % 1000 < 500:  # warm-ups are numbered from halfway
+            runs[(request.model, clients)] += 1
+        return Round((), 1.0)
+
+    monkeypatch.setattr(http_bench, "one_round", fake_round)
+    monkeypatch.setattr(http_bench, "scrape", lambda base: {})
+    monkeypatch.setattr(http_bench, "cell_of", lambda *a: None)
+    monkeypatch.setattr(http_bench, "log_cell", lambda cell: None)
+    args = parse_args(
+        ["--llama-server", __file__, "--runs", "2", "--min-requests", "6", "--warmup", "0"]
+    )
+    sides = [Side(system, "http://x", None, Request(system, 0.0, 8)) for system in (PLAIN, AUTO)]  # type: ignore[arg-type]
+    workload = Workload("fresh", chat=True, variants=(), fresh=FreshPrompts())
+    asyncio.run(measured_cells(args, sides, workload, (1, 2, 4, 8)))
+
+    for system in (PLAIN, AUTO):
+        assert [runs[(system, clients)] for clients in (1, 2, 4, 8)] == [6, 3, 2, 2]
+    assert parse_args(["--llama-server", __file__]).min_requests == 8
+    assert parse_args(["--llama-server", __file__, "--quick"]).min_requests == 0
 
 
 def test_the_raw_loop_joins_the_one_client_runs_on_the_servers_prompts(
@@ -108,7 +136,9 @@ def test_the_raw_loop_joins_the_one_client_runs_on_the_servers_prompts(
     monkeypatch.setattr(http_bench, "scrape", lambda base: {})
     monkeypatch.setattr(http_bench, "cell_of", lambda *a: None)
     monkeypatch.setattr(http_bench, "log_cell", lambda cell: None)
-    args = parse_args(["--llama-server", __file__, "--runs", "3", "--warmup", "0"])
+    args = parse_args(
+        ["--llama-server", __file__, "--runs", "3", "--min-requests", "0", "--warmup", "0"]
+    )
     sides = [Side(system, "http://x", None, Request(system, 0.0, 8)) for system in (PLAIN, AUTO)]  # type: ignore[arg-type]
     workload = Workload("fresh", chat=True, variants=(), fresh=FreshPrompts())
     loop = RawLoop.__new__(RawLoop)  # never loaded: its rounds are faked
