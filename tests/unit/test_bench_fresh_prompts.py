@@ -111,7 +111,7 @@ def test_a_cell_runs_until_it_has_sent_the_minimum_requests(
 
     for system in (PLAIN, AUTO):
         assert [runs[(system, clients)] for clients in (1, 2, 4, 8)] == [6, 3, 2, 2]
-    assert parse_args(["--llama-server", __file__]).min_requests == 8
+    assert parse_args(["--llama-server", __file__]).min_requests == 16
     assert parse_args(["--llama-server", __file__, "--quick"]).min_requests == 0
 
 
