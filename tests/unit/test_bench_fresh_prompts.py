@@ -55,6 +55,18 @@ def test_the_first_prompts_use_every_document_once_then_another_task_leads() -> 
     assert fresh.variant(count, 0).text.startswith(LONG_PROMPT_TASKS[1])
 
 
+def fake_servers(monkeypatch: pytest.MonkeyPatch, one_round: Any) -> None:
+    """Servers that answer every round with `one_round` and whose /metrics is empty."""
+    monkeypatch.setattr(http_bench, "one_round", one_round)
+    monkeypatch.setattr(http_bench, "scrape", lambda base: {})
+    monkeypatch.setattr(http_bench, "cell_of", lambda *a: None)
+    monkeypatch.setattr(http_bench, "log_cell", lambda cell: None)
+
+
+def sides_of(*systems: str) -> list[Side]:
+    return [Side(system, "http://x", None, Request(system, 0.0, 8)) for system in systems]  # type: ignore[arg-type]
+
+
 def test_measured_cells_send_no_server_a_round_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[tuple[str, int, int]] = []  # (server, round, client)
 
@@ -62,15 +74,12 @@ def test_measured_cells_send_no_server_a_round_twice(monkeypatch: pytest.MonkeyP
         sent.extend((request.model, run, index) for index in range(clients))
         return Round((), 1.0)
 
-    monkeypatch.setattr(http_bench, "one_round", fake_round)
-    monkeypatch.setattr(http_bench, "scrape", lambda base: {})
+    fake_servers(monkeypatch, fake_round)
     monkeypatch.setattr(http_bench, "gate_settled", lambda samples, lanes: False)
-    monkeypatch.setattr(http_bench, "cell_of", lambda *a: None)
-    monkeypatch.setattr(http_bench, "log_cell", lambda cell: None)
     options = ["--runs", "3", "--min-requests", "0", "--warmup", "2", "--warmup-max", "2"]
     args = parse_args(["--llama-server", __file__, *options])
     systems = (AUTO, PLAIN, LLAMA_SERVERS[1])
-    sides = [Side(system, "http://x", None, Request(system, 0.0, 8)) for system in systems]  # type: ignore[arg-type]
+    sides = sides_of(*systems)
     workload = Workload("fresh", chat=True, variants=(), fresh=FreshPrompts())
     for counts in ((1, 4), (2, 8)):  # two groups of cells, as two temperatures would be
         asyncio.run(measured_cells(args, sides, workload, counts))
@@ -98,16 +107,12 @@ def test_a_cell_runs_until_it_has_sent_the_minimum_requests(
             runs[(request.model, clients)] += 1
         return Round((), 1.0)
 
-    monkeypatch.setattr(http_bench, "one_round", fake_round)
-    monkeypatch.setattr(http_bench, "scrape", lambda base: {})
-    monkeypatch.setattr(http_bench, "cell_of", lambda *a: None)
-    monkeypatch.setattr(http_bench, "log_cell", lambda cell: None)
+    fake_servers(monkeypatch, fake_round)
     args = parse_args(
         ["--llama-server", __file__, "--runs", "2", "--min-requests", "6", "--warmup", "0"]
     )
-    sides = [Side(system, "http://x", None, Request(system, 0.0, 8)) for system in (PLAIN, AUTO)]  # type: ignore[arg-type]
     workload = Workload("fresh", chat=True, variants=(), fresh=FreshPrompts())
-    asyncio.run(measured_cells(args, sides, workload, (1, 2, 4, 8)))
+    asyncio.run(measured_cells(args, sides_of(PLAIN, AUTO), workload, (1, 2, 4, 8)))
 
     for system in (PLAIN, AUTO):
         assert [runs[(system, clients)] for clients in (1, 2, 4, 8)] == [6, 3, 2, 2]
@@ -131,15 +136,12 @@ def test_the_raw_loop_joins_the_one_client_runs_on_the_servers_prompts(
         order.append((RAW, 1, run))
         return Round((), 1.0)
 
-    monkeypatch.setattr(http_bench, "one_round", fake_round)
+    fake_servers(monkeypatch, fake_round)
     monkeypatch.setattr(http_bench, "raw_round", fake_raw_round)
-    monkeypatch.setattr(http_bench, "scrape", lambda base: {})
-    monkeypatch.setattr(http_bench, "cell_of", lambda *a: None)
-    monkeypatch.setattr(http_bench, "log_cell", lambda cell: None)
     args = parse_args(
         ["--llama-server", __file__, "--runs", "3", "--min-requests", "0", "--warmup", "0"]
     )
-    sides = [Side(system, "http://x", None, Request(system, 0.0, 8)) for system in (PLAIN, AUTO)]  # type: ignore[arg-type]
+    sides = sides_of(PLAIN, AUTO)
     workload = Workload("fresh", chat=True, variants=(), fresh=FreshPrompts())
     loop = RawLoop.__new__(RawLoop)  # never loaded: its rounds are faked
     cells = asyncio.run(measured_cells(args, sides, workload, (1, 4), loop))
