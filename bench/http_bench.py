@@ -74,6 +74,7 @@ from bench.http_results import (
     Results,
     Settings,
     is_llama_server,
+    runs_at,
 )
 from bench.http_servers import (
     ServerFailed,
@@ -313,11 +314,8 @@ def raw_loop_for(args: argparse.Namespace, model: Path, workload: Workload) -> R
 
 
 def runs_for(args: argparse.Namespace, clients: int) -> int:
-    """Measured runs in a cell of `clients` clients: `--runs`, or as many as it takes to send
-    `--min-requests` requests. One prompt's reply can run at half or twice another's speed
-    (a deep draft is all or nothing), so a cell's paired ratio needs several prompts."""
-    runs: int = max(args.runs, -(-args.min_requests // clients))
-    return runs
+    """`runs_at` for this invocation's `--runs` and `--min-requests`."""
+    return runs_at(int(args.runs), int(args.min_requests), clients)
 
 
 def raw_cells(args: argparse.Namespace, loop: RawLoop, workload: Workload) -> list[Cell]:

@@ -25,6 +25,7 @@ from bench.http_results import (
     Results,
     Settings,
     is_llama_server,
+    runs_at,
 )
 
 #: The systems of the main table; llama-server's configurations have a table of their own.
@@ -660,7 +661,7 @@ def markdown(
         f"- model: `{s.model}`; {s.max_tokens} tokens per request; {s.runs} measured run(s) per cell"
         + (
             f", more where that would measure fewer than {s.min_requests} requests "
-            f"({', '.join(f'{c} client(s): {max(s.runs, -(-s.min_requests // c))}' for c in s.clients)})"
+            f"({', '.join(f'{c} client(s): {runs_at(s.runs, s.min_requests, c)}' for c in s.clients)})"
             if s.min_requests > s.runs
             else ""
         )

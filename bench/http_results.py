@@ -163,6 +163,13 @@ class Machine:
     llama_cpp_python: str
 
 
+def runs_at(runs: int, min_requests: int, clients: int) -> int:
+    """Measured runs in a cell of `clients` clients: `runs`, or as many as it takes to send
+    `min_requests` requests. One prompt's reply can run at half or twice another's speed (a
+    deep draft is all or nothing), so a cell's paired ratio needs several prompts."""
+    return max(runs, -(-min_requests // clients))
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     model: str
