@@ -78,7 +78,8 @@ KERNELS = {
     "served": BATCH_INVARIANT,
     "served-unrepacked": BATCH_INVARIANT.without_repacking(),
     "served-untiled": BATCH_INVARIANT.without_tiled_kquants(),
-    # The served kernels with tinyBLAS's stock Q0 tiles (scripts/patches/0006-*: same values).
+    # What an AVX-512 VNNI build serves (no tiled K-quants there), with tinyBLAS's stock Q0
+    # tiles instead of patch 0006's (scripts/patches/0006-*: the same values, slower).
     "served-sign-trick": dataclasses.replace(
         BATCH_INVARIANT.without_tiled_kquants(), offset_dot=False
     ),
