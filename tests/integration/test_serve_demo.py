@@ -36,6 +36,7 @@ def client(port):
 def test_the_startup_log_names_the_strategy(server):
     _, lines = server
     assert "superfluid: speculation: auto: prompt-lookup on the llamacpp runtime" in lines
+    assert any("gemma3-270m-q4_k_m.gguf: Q5_0 weights served as Q8_0" in line for line in lines)
     assert not any("Traceback" in line for line in lines)
 
 

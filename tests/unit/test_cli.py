@@ -126,6 +126,8 @@ def test_help_lists_every_speculation_flag():
         "--served-model-name",
         "--prefix-reuse",
         "--no-prefix-reuse",
+        "--widen-weights",
+        "--no-widen-weights",
     ):
         assert flag in result.output, flag
 

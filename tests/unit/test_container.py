@@ -1,10 +1,15 @@
 """The composition root, with the runtime loader overridden by a fake (no monkeypatching)."""
 
+import dataclasses
 import logging
 
 import pytest
 from dependency_injector import providers
 
+from superfluid.adapters.basert.record import RECORD as BASERT
+from superfluid.adapters.llamacpp.record import RECORD as LLAMACPP
+from superfluid.adapters.mlx.record import RECORD as MLX
+from superfluid.adapters.runtime_record import RuntimeRecord
 from superfluid.application.serving import ServePlan
 from superfluid.domain.errors import DirectiveError
 from superfluid.domain.spec_settings import SpecSettings
@@ -273,3 +278,41 @@ def test_with_several_models_auto_names_the_model_too(tmp_path, startup_lines):
         "speculation: a.gguf: auto: prompt-lookup on the fake runtime",
         "speculation: b.gguf: auto: prompt-lookup on the fake runtime",
     ]
+
+
+@pytest.mark.parametrize("widen", [True, False])
+def test_the_llamacpp_loader_keeps_widened_weights_in_the_cache_unless_told_not_to(tmp_path, widen):
+    plan = ServePlan(
+        models=(gguf(tmp_path),),
+        speculate=None,
+        settings=SpecSettings(),
+        env={"SUPERFLUID_HOME": str(tmp_path / "home")},
+        widen_weights=widen,
+    )
+    container = Container(plan=plan)
+    cache = tmp_path / "home" / "cache" / "weights"
+    assert container.weights_cache() == (cache if widen else None)
+    loaders = container.runtime_loaders()
+    llamacpp = loaders["llamacpp"]
+    if widen:
+        assert llamacpp.keywords == {"weights_cache": cache}
+    else:
+        assert llamacpp is LLAMACPP.load
+    assert loaders["mlx"] is MLX.load and loaders["basert"] is BASERT.load
+
+
+def test_a_runtime_record_without_copies_loads_as_it_is(tmp_path):
+    kept = []
+    record = RuntimeRecord(
+        "r",
+        "a file",
+        lambda path, magic: True,
+        lambda path, **_: "plain",
+        lambda file, runtime: (None, []),
+        load_keeping_copies=lambda cache: kept.append(cache) or (lambda path, **_: "copy"),
+    )
+    assert record.loader(None) is record.load
+    assert record.loader(tmp_path)(tmp_path, ctx_size=8, max_lanes=1) == "copy"
+    assert kept == [tmp_path]
+    bare = dataclasses.replace(record, load_keeping_copies=None)
+    assert bare.loader(tmp_path) is bare.load

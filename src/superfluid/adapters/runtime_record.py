@@ -32,3 +32,12 @@ class RuntimeRecord:
     sampling_defaults: Callable[[ModelFile, Runtime], Found]
     #: Whether startup reads the file's `.base` header (drafter resolution needs it).
     reads_bundle_header: bool = False
+    #: For a runtime that serves some files from a faster copy of their weights: given a cache
+    #: directory, a loader that keeps those copies there (llamacpp: Q5_0 widened to Q8_0).
+    load_keeping_copies: Callable[[Path], RuntimeLoader] | None = None
+
+    def loader(self, weights_cache: Path | None) -> RuntimeLoader:
+        """`load`, keeping copies of model weights under `weights_cache` where it makes any."""
+        if weights_cache is None or self.load_keeping_copies is None:
+            return self.load
+        return self.load_keeping_copies(weights_cache)

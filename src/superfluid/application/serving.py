@@ -85,6 +85,9 @@ class ServePlan:
     chat_templates: tuple[Path, ...] = ()
     #: `--tool-call-parser`, one per model in order (fewer: the rest read their template's).
     tool_parsers: tuple[ToolFamily, ...] = ()
+    #: `--widen-weights`: a runtime may serve a model from a faster copy of its weights that
+    #: computes the same numbers (llamacpp: Q5_0 as Q8_0, ADR 0018), kept in the cache.
+    widen_weights: bool = True
 
 
 @dataclass

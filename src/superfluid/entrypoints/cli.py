@@ -270,6 +270,15 @@ def serve(
             " (a chat's next turn); the longest shared prefix is not prefilled again.",
         ),
     ] = True,
+    widen_weights: Annotated[
+        bool,
+        typer.Option(
+            "--widen-weights/--no-widen-weights",
+            help="On x86, serve a GGUF's Q5_0 weights as Q8_0: the same values and replies,"
+            " faster prefill and decoding, from a copy written once under"
+            " $SUPERFLUID_HOME/cache/weights (a little larger than the model).",
+        ),
+    ] = True,
     spec_draft_tokens: Annotated[
         str | None,
         typer.Option(
@@ -402,6 +411,7 @@ def serve(
             served_names=_served_names(served_model_name),
             max_queue=_max_queue(max_queue),
             prefix_reuse=prefix_reuse,
+            widen_weights=widen_weights,
             chat_templates=tuple(Path(p).expanduser() for p in chat_template_file or []),
             tool_parsers=_tool_parsers(tool_call_parser),
         )

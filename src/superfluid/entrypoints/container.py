@@ -36,6 +36,7 @@ from superfluid.adapters.model_files import LocalModelFiles
 from superfluid.adapters.monitor import TerminalMonitor
 from superfluid.adapters.observers import FanOut
 from superfluid.adapters.runtime_record import RuntimeRecord
+from superfluid.application.ports import RuntimeLoader
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.application.serving import ServePlan, Serving
 from superfluid.entrypoints.http.app import create_app
@@ -67,6 +68,17 @@ def write_fixtures(directory: Path) -> dict[str, Path]:
     return make_fixtures(directory)
 
 
+def weights_cache_dir(home: Path, plan: ServePlan) -> Path | None:
+    """Where runtimes keep faster copies of model weights (`--widen-weights`), or None."""
+    return home / "cache" / "weights" if plan.widen_weights else None
+
+
+def runtime_loaders_for(weights_cache: Path | None) -> dict[str, RuntimeLoader]:
+    """Each runtime's loader by name; those that keep faster copies of weights keep them in
+    `weights_cache`."""
+    return {r.name: r.loader(weights_cache) for r in RUNTIMES}
+
+
 def lane_capacity(hosts: Sequence[ModelHost]) -> dict[str, int]:
     return {host.name: host.executor.max_lanes for host in hosts}
 
@@ -86,7 +98,8 @@ class Container(containers.DeclarativeContainer):
 
     clock = providers.Object(time.perf_counter)
     runtimes = providers.Object(RUNTIMES)
-    runtime_loaders = providers.Dict({r.name: providers.Object(r.load) for r in RUNTIMES})
+    weights_cache = providers.Callable(weights_cache_dir, home, plan)
+    runtime_loaders = providers.Callable(runtime_loaders_for, weights_cache)
     model_files = providers.Singleton(LocalModelFiles, runtimes)
     drafter_sources = providers.Singleton(InstalledDrafters, plan.provided.env)
     catalog = providers.Singleton(

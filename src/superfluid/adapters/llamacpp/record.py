@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
 from superfluid.adapters.llamacpp.sampling_defaults import gguf_sampling_defaults
 from superfluid.adapters.runtime_record import Found, RuntimeRecord
-from superfluid.application.ports import ModelFile, Runtime
+from superfluid.application.ports import ModelFile, Runtime, RuntimeLoader
 
 
 def _recognises(path: Path, magic: bytes | None) -> bool:
     return magic == b"GGUF"
 
 
-def _load(path: Path, *, ctx_size: int, max_lanes: int) -> Runtime:
+def _load(
+    path: Path, *, ctx_size: int, max_lanes: int, weights_cache: Path | None = None
+) -> Runtime:
     from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 
-    return LlamaCppRuntime.load(path, ctx_size=ctx_size, max_sequences=max_lanes)
+    return LlamaCppRuntime.load(
+        path, ctx_size=ctx_size, max_sequences=max_lanes, weights_cache=weights_cache
+    )
+
+
+def _load_keeping_copies(weights_cache: Path) -> RuntimeLoader:
+    """A loader that serves Q5_0 weights widened to Q8_0 from copies under `weights_cache`."""
+    return functools.partial(_load, weights_cache=weights_cache)
 
 
 def _sampling_defaults(file: ModelFile, runtime: Runtime) -> Found:
@@ -29,4 +39,11 @@ def _sampling_defaults(file: ModelFile, runtime: Runtime) -> Found:
     return gguf_sampling_defaults(reader)
 
 
-RECORD = RuntimeRecord("llamacpp", "a .gguf file", _recognises, _load, _sampling_defaults)
+RECORD = RuntimeRecord(
+    "llamacpp",
+    "a .gguf file",
+    _recognises,
+    _load,
+    _sampling_defaults,
+    load_keeping_copies=_load_keeping_copies,
+)

@@ -47,6 +47,7 @@ from superfluid.adapters.llamacpp.kernels import (
 )
 from superfluid.adapters.llamacpp.native import c_string, llama, model_meta
 from superfluid.adapters.llamacpp.vocab import Vocabulary
+from superfluid.adapters.llamacpp.widened_weights import widened_copy, widening_pays
 from superfluid.adapters.sequences import SequenceTable
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
 from superfluid.domain.errors import SuperfluidError
@@ -120,12 +121,15 @@ class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
         max_sequences: int,
         kernels: Kernels,
         swa_full: bool,
+        weights_path: Path | None = None,
     ) -> None:
         self._lib = lib
         self._model = model
         self._ctx = ctx
         self._mem = lib.llama_get_memory(ctx)
         self.path = path
+        #: The file llama.cpp loaded: `path`, or its widened copy (`widened_weights`).
+        self.weights_path = weights_path or path
         self.kernels = kernels
         self.architecture = model_meta(lib, model, "general.architecture") or "unknown"
         self.vocab = Vocabulary(lib, model)
@@ -161,15 +165,21 @@ class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
         swa_full: bool = True,
         n_threads: int | None = None,
         kernels: Kernels | None = None,
+        weights_cache: Path | None = None,
     ) -> LlamaCppRuntime:
         """Load a GGUF file: `max_sequences` lanes of `ctx_size` positions each.
 
         `kernels` is for the benchmarks that measure other configurations; a served model always
-        runs on batch-invariant ones (`served_kernels`: F16 with the patch, else BF16).
+        runs on batch-invariant ones (`served_kernels`: F16 with the patch, else BF16). With
+        `weights_cache`, on x86 the file's Q5_0 weights are served as Q8_0 from a copy kept
+        there (`widened_weights`: the same logits, faster; `weights_path` says which file).
         """
         path = Path(path).expanduser()
         if not path.is_file():
             raise ModelLoadError(f"{path}: no such model file")
+        weights = path
+        if weights_cache is not None and widening_pays():
+            weights = widened_copy(path, weights_cache) or path
         if ctx_size < 1 or max_sequences < 1:
             raise ValueError("ctx_size and max_sequences must be positive")
         lib = llama()
@@ -180,7 +190,7 @@ class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
             raise ModelLoadError(f"{path}: {exc}") from exc
         mparams = lib.llama_model_default_params()
         mparams.use_extra_bufts = kernels.repack_weights
-        model = lib.llama_model_load_from_file(str(path).encode(), mparams)
+        model = lib.llama_model_load_from_file(str(weights).encode(), mparams)
         if not model:
             raise ModelLoadError(f"{path}: llama.cpp cannot load this file as a GGUF model")
         threads = n_threads or _default_threads()
@@ -216,6 +226,7 @@ class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
             max_sequences=max_sequences,
             kernels=kernels,
             swa_full=swa_full,
+            weights_path=weights,
         )
 
     def _describe(self, swa_full: bool) -> Capabilities:
