@@ -4,8 +4,9 @@ Times, on the llamacpp runtime and the demo model, a 1,000-token prefill alone a
 (one step, four lanes), a 4 x 65-row verify step and a one-row decode after a 1,000-token
 context, for the served kernels, the BF16 configuration an unpatched llama.cpp is served with,
 llama.cpp's defaults, the served kernels with a weight kernel left as it was before its patch,
-and the served kernels with one weight-kernel knob turned back to llama.cpp's stock kernel (to
-price what those knobs cost). Each configuration runs in its own subprocess (llama.cpp's
+the served kernels with one weight-kernel knob turned back to llama.cpp's stock kernel (to
+price what those knobs cost), and the served kernels on the model's widened copy, its Q5_0
+weights as Q8_0 (what `superfluid serve` loads on x86, ADR 0018). Each configuration runs in its own subprocess (llama.cpp's
 switches are per process); rounds walk the configurations forwards then backwards, and the
 ratios are of medians over all rounds, so drift on the machine falls on every configuration
 alike.
@@ -19,9 +20,11 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,6 +51,9 @@ CONFIGURATIONS: dict[str, Kernels] = {
         BATCH_INVARIANT, tiled_row_order=False, tiled_kquants_forced=True
     ),
 }
+#: Configurations that load the model's widened copy (Q5_0 as Q8_0) instead of the file.
+WIDENED = {"served, Q5_0 weights as Q8_0": BATCH_INVARIANT}
+CONFIGURATIONS.update(WIDENED)
 BASELINE = "llama.cpp defaults"
 PROMPT_TOKENS = 1000
 VERIFY_ROWS = 65
@@ -85,8 +91,14 @@ def shapes(rt: LlamaCppRuntime, prompts: list[list[int]]) -> dict[str, float]:
 
 
 def run_configuration(name: str, model: Path, reps: int, threads: int | None) -> None:
+    cache = Path(tempfile.mkdtemp(prefix="widened-")) if name in WIDENED else None
     with LlamaCppRuntime.load(
-        model, ctx_size=2048, max_sequences=4, n_threads=threads, kernels=CONFIGURATIONS[name]
+        model,
+        ctx_size=2048,
+        max_sequences=4,
+        n_threads=threads,
+        kernels=CONFIGURATIONS[name],
+        weights_cache=cache,
     ) as rt:
         base = rt.tokenize(TEXT * 40, add_special=False)
         # Four different prompts, so nothing is shared between lanes.
@@ -96,6 +108,8 @@ def run_configuration(name: str, model: Path, reps: int, threads: int | None) ->
         for _ in range(reps):
             for shape, seconds in shapes(rt, prompts).items():
                 samples.setdefault(shape, []).append(seconds)
+    if cache is not None:
+        shutil.rmtree(cache)
     print(json.dumps(samples))
 
 
