@@ -70,3 +70,16 @@ def test_the_widened_copy_computes_the_original_logits_bit_for_bit(demo_gguf, tm
     with Path(widened.weights_path).open("rb") as f:
         types = {t.type for t in read_layout(f).tensors}
     assert Q8_0 in types and Q5_0 not in types
+
+
+def test_a_damaged_copy_in_the_cache_serves_the_file_with_a_warning(demo_gguf, tmp_path, caplog):
+    cache = tmp_path / "weights"
+    loader = runtime_loaders_for(cache)["llamacpp"]
+    with loader(demo_gguf, ctx_size=64, max_lanes=1) as first:
+        copy = Path(first.weights_path)
+    assert copy.parent == cache
+    copy.write_bytes(copy.read_bytes()[: 1 << 20])  # cut short, same name
+
+    with loader(demo_gguf, ctx_size=64, max_lanes=1) as rt:
+        assert isinstance(rt, LlamaCppRuntime) and rt.weights_path == demo_gguf
+    assert "does not load; serving the file" in caplog.text

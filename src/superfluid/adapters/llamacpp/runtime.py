@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -88,6 +89,8 @@ def cheap_logit_rows(rows: int) -> int:
 
 
 N_BATCH = 512
+
+log = logging.getLogger("superfluid")
 
 _DECODE_ERRORS = {
     1: "no free KV cells for the batch",
@@ -177,9 +180,6 @@ class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
         path = Path(path).expanduser()
         if not path.is_file():
             raise ModelLoadError(f"{path}: no such model file")
-        weights = path
-        if weights_cache is not None and widening_pays():
-            weights = widened_copy(path, weights_cache) or path
         if ctx_size < 1 or max_sequences < 1:
             raise ValueError("ctx_size and max_sequences must be positive")
         lib = llama()
@@ -188,9 +188,17 @@ class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
             apply_process_switches(lib, kernels)
         except KernelConflict as exc:
             raise ModelLoadError(f"{path}: {exc}") from exc
+        weights = path
+        if weights_cache is not None and widening_pays():
+            weights = widened_copy(path, weights_cache) or path
         mparams = lib.llama_model_default_params()
         mparams.use_extra_bufts = kernels.repack_weights
         model = lib.llama_model_load_from_file(str(weights).encode(), mparams)
+        if not model and weights != path:
+            # A damaged copy in the cache must not stop a good file from being served.
+            log.warning("%s: its widened copy %s does not load; serving the file", path, weights)
+            weights = path
+            model = lib.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
             raise ModelLoadError(f"{path}: llama.cpp cannot load this file as a GGUF model")
         threads = n_threads or _default_threads()
