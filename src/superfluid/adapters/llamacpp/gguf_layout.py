@@ -15,21 +15,25 @@ from typing import IO
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 
+# ggml type ids.
+F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16 = 10, 11, 12, 13, 14, 30
+
 #: ggml type id -> (values per block, bytes per block), for the types whose size is known here.
 TYPE_SIZES: dict[int, tuple[int, int]] = {
-    0: (1, 4),  # F32
-    1: (1, 2),  # F16
-    2: (32, 18),  # Q4_0
-    3: (32, 20),  # Q4_1
-    6: (32, 22),  # Q5_0
-    7: (32, 24),  # Q5_1
-    8: (32, 34),  # Q8_0
-    10: (256, 84),  # Q2_K
-    11: (256, 110),  # Q3_K
-    12: (256, 144),  # Q4_K
-    13: (256, 176),  # Q5_K
-    14: (256, 210),  # Q6_K
-    30: (1, 2),  # BF16
+    F32: (1, 4),
+    F16: (1, 2),
+    BF16: (1, 2),
+    Q4_0: (32, 18),
+    Q4_1: (32, 20),
+    Q5_0: (32, 22),
+    Q5_1: (32, 24),
+    Q8_0: (32, 34),
+    Q2_K: (256, 84),
+    Q3_K: (256, 110),
+    Q4_K: (256, 144),
+    Q5_K: (256, 176),
+    Q6_K: (256, 210),
 }
 
 # Metadata value types: fixed sizes; 8 is a string, 9 an array.
@@ -78,13 +82,16 @@ class Layout:
 
     def header(self) -> bytes:
         """The header bytes this layout stands for, padded to where its data begins."""
-        head = MAGIC + struct.pack("<IQQ", self.version, len(self.tensors), self.kv_count)
-        head += self.metadata + b"".join(t.encoded() for t in self.tensors)
+        head = self._unpadded_header()
         return head + bytes(self.data_start - len(head))
 
     def header_length(self) -> int:
         """The unpadded length of `header()`."""
-        return 24 + len(self.metadata) + sum(len(t.encoded()) for t in self.tensors)
+        return len(self._unpadded_header())
+
+    def _unpadded_header(self) -> bytes:
+        head = MAGIC + struct.pack("<IQQ", self.version, len(self.tensors), self.kv_count)
+        return head + self.metadata + b"".join(t.encoded() for t in self.tensors)
 
 
 def aligned(n: int, alignment: int) -> int:

@@ -34,6 +34,9 @@ from typing import IO
 import numpy as np
 
 from superfluid.adapters.llamacpp.gguf_layout import (
+    Q5_0,
+    Q8_0,
+    TYPE_SIZES,
     Layout,
     TensorInfo,
     UnreadableHeader,
@@ -49,8 +52,7 @@ WIDENING_VERSION = 1
 #: deleted is never asked for again, and goes once this many others have been served since.
 MAX_COPIES = 4
 
-Q5_0, Q8_0 = 6, 8
-Q5_0_BLOCK_BYTES = 22
+Q5_0_BLOCK_BYTES = TYPE_SIZES[Q5_0][1]
 
 
 def widening_pays() -> bool:
