@@ -6,8 +6,8 @@ context, for the served kernels, the BF16 configuration an unpatched llama.cpp i
 llama.cpp's defaults, the served kernels with a weight kernel left as it was before its patch,
 the served kernels with one weight-kernel knob turned back to llama.cpp's stock kernel (to
 price what those knobs cost), and the served kernels on the model's widened copy, its Q5_0
-weights as Q8_0 (what `superfluid serve` loads on x86, ADR 0018). Each configuration runs in its own subprocess (llama.cpp's
-switches are per process); rounds walk the configurations forwards then backwards, and the
+weights as Q8_0 (what `superfluid serve` loads on x86, ADR 0018). Each configuration runs in
+its own subprocess (llama.cpp's switches are per process); rounds walk the configurations forwards then backwards, and the
 ratios are of medians over all rounds, so drift on the machine falls on every configuration
 alike.
 
@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,9 @@ from superfluid.adapters.llamacpp.kernels import (
 )
 from superfluid.application.ports import Feed
 
-CONFIGURATIONS: dict[str, Kernels] = {
+#: None: the kernels `superfluid serve` picks for this build of the library (`served_kernels`);
+#: "served" above them is the AVX2 build's set, which an AVX-512 build refuses (ADR 0017).
+CONFIGURATIONS: dict[str, Kernels | None] = {
     "served": BATCH_INVARIANT,
     "served with K-quants untiled (before)": BATCH_INVARIANT.without_tiled_kquants(),
     "served unrepacked and untiled (first revision)": (
@@ -52,8 +53,8 @@ CONFIGURATIONS: dict[str, Kernels] = {
     ),
 }
 #: Configurations that load the model's widened copy (Q5_0 as Q8_0) instead of the file.
-WIDENED = {"served, Q5_0 weights as Q8_0": BATCH_INVARIANT}
-CONFIGURATIONS.update(WIDENED)
+WIDENED = {"as served on this build on Q5_0 widened to Q8_0": None}
+CONFIGURATIONS.update({"as served on this build": None, **WIDENED})
 BASELINE = "llama.cpp defaults"
 PROMPT_TOKENS = 1000
 VERIFY_ROWS = 65
@@ -91,15 +92,17 @@ def shapes(rt: LlamaCppRuntime, prompts: list[list[int]]) -> dict[str, float]:
 
 
 def run_configuration(name: str, model: Path, reps: int, threads: int | None) -> None:
-    cache = Path(tempfile.mkdtemp(prefix="widened-")) if name in WIDENED else None
-    with LlamaCppRuntime.load(
-        model,
-        ctx_size=2048,
-        max_sequences=4,
-        n_threads=threads,
-        kernels=CONFIGURATIONS[name],
-        weights_cache=cache,
-    ) as rt:
+    with (
+        tempfile.TemporaryDirectory(prefix="widened-") as scratch,
+        LlamaCppRuntime.load(
+            model,
+            ctx_size=2048,
+            max_sequences=4,
+            n_threads=threads,
+            kernels=CONFIGURATIONS[name],
+            weights_cache=Path(scratch) if name in WIDENED else None,
+        ) as rt,
+    ):
         base = rt.tokenize(TEXT * 40, add_special=False)
         # Four different prompts, so nothing is shared between lanes.
         prompts = [[rt.vocab.bos, *base[i * 7 : i * 7 + PROMPT_TOKENS - 1]] for i in range(4)]
@@ -108,8 +111,6 @@ def run_configuration(name: str, model: Path, reps: int, threads: int | None) ->
         for _ in range(reps):
             for shape, seconds in shapes(rt, prompts).items():
                 samples.setdefault(shape, []).append(seconds)
-    if cache is not None:
-        shutil.rmtree(cache)
     print(json.dumps(samples))
 
 
