@@ -2,9 +2,9 @@
 # Build llama.cpp's own `llama-server` (the peer bench/http_bench.py measures superfluid against)
 # once, from the same patched llama.cpp tree scripts/install.sh builds the wheel from
 # (scripts/llama_cpp_source.sh) and with the same CPU flags (scripts/llama_cpp_cpu_flags.sh). The
-# patches change no default (GGML_CPU_FA_TILED, GGML_CPU_REPACK_GEMM, GGML_CPU_TILED_ROW_ORDER and
-# GGML_CPU_Q0_OFFSET_DOT are unset here), so the peer runs llama.cpp's own kernels. The binary is
-# cached outside the repo and reused:
+# patches change no default (GGML_CPU_FA_TILED, GGML_CPU_REPACK_GEMM, GGML_CPU_TILED_ROW_ORDER,
+# GGML_CPU_Q0_OFFSET_DOT and GGML_CPU_Q0_PREFETCH are unset here), so the peer runs llama.cpp's own
+# kernels. The binary is cached outside the repo and reused:
 #   ${XDG_CACHE_HOME:-~/.cache}/superfluid/llama-server-<version>-<flagshash>/bin/llama-server
 #
 #   bench/build_llama_server.sh           build if absent, print the binary's path

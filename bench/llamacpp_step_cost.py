@@ -83,6 +83,11 @@ KERNELS = {
     "served-sign-trick": dataclasses.replace(
         BATCH_INVARIANT.without_tiled_kquants(), offset_dot=False
     ),
+    # What an AVX-512 VNNI build serves, with tinyBLAS's Q0 tiles leaving the weights to the
+    # hardware prefetcher (scripts/patches/0007-*: the same values, small steps dearer).
+    "served-no-prefetch": dataclasses.replace(
+        BATCH_INVARIANT.without_tiled_kquants(), q0_prefetch=False
+    ),
     "served-tiled-forced": dataclasses.replace(
         BATCH_INVARIANT, tiled_row_order=False, tiled_kquants_forced=True
     ),

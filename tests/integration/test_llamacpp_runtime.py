@@ -418,6 +418,7 @@ def test_the_installed_llama_cpp_carries_the_patches(runtime: LlamaCppRuntime) -
     from superfluid.adapters.llamacpp.kernels import (
         BATCH_INVARIANT,
         has_offset_dot,
+        has_q0_prefetch,
         has_repacked_gemm,
         has_tiled_attention,
         has_tiled_row_order,
@@ -438,6 +439,11 @@ def test_the_installed_llama_cpp_carries_the_patches(runtime: LlamaCppRuntime) -
     if not has_offset_dot(llama()):
         expected = dataclasses.replace(expected, offset_dot=False)
     assert bool(native.ggml_cpu_q0_offset_dot_enabled()) == expected.offset_dot
+    # tinyBLAS's prefetching tiles (0007) need AVX2; elsewhere the stock tiles.
+    assert hasattr(native, "ggml_cpu_q0_prefetch_enabled"), "it lacks scripts/patches/0007-*"
+    if not has_q0_prefetch(llama()):
+        expected = dataclasses.replace(expected, q0_prefetch=False)
+    assert bool(native.ggml_cpu_q0_prefetch_enabled()) == expected.q0_prefetch
     assert runtime.kernels == expected and runtime.kernels.repack_weights
 
 

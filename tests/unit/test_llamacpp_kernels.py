@@ -33,6 +33,8 @@ class _Native:
         supported: bool,
         offset: bool | None = None,
         offset_supported: bool = True,
+        prefetch: bool | None = None,
+        prefetch_supported: bool = True,
     ) -> None:
         if attention is not None:
             self.ggml_cpu_fa_tiled_enabled = lambda: int(attention)
@@ -44,6 +46,9 @@ class _Native:
         if offset is not None:
             self.ggml_cpu_q0_offset_dot_enabled = lambda: int(offset and offset_supported)
             self.ggml_cpu_q0_offset_dot_supported = lambda: int(offset_supported)
+        if prefetch is not None:
+            self.ggml_cpu_q0_prefetch_enabled = lambda: int(prefetch and prefetch_supported)
+            self.ggml_cpu_q0_prefetch_supported = lambda: int(prefetch_supported)
 
 
 def _lib(
@@ -53,17 +58,30 @@ def _lib(
     supported: bool = True,
     offset: bool | None = None,
     offset_supported: bool = True,
+    prefetch: bool | None = None,
+    prefetch_supported: bool = True,
 ) -> Any:
     """A library; None for a patch it lacks, else how it read that patch's switch. A build
-    without the row-order mode (`supported=False`) or the offset dot product (not AVX-512 VNNI,
-    `offset_supported=False`) reads that switch as off."""
-    native = _Native(attention, repack, row_order, supported, offset, offset_supported)
+    without the row-order mode (`supported=False`), the offset dot product (not AVX-512 VNNI,
+    `offset_supported=False`) or the prefetching tiles (not AVX2, `prefetch_supported=False`)
+    reads that switch as off."""
+    native = _Native(
+        attention,
+        repack,
+        row_order,
+        supported,
+        offset,
+        offset_supported,
+        prefetch,
+        prefetch_supported,
+    )
     return SimpleNamespace(llama_cpp=SimpleNamespace(_lib=native))
 
 
 def _patched(**read: bool) -> Any:
     """A library with every patch, each switch read on unless `read` says otherwise."""
-    return _lib(**{"attention": True, "repack": True, "row_order": True, "offset": True, **read})
+    every = {"attention": True, "repack": True, "row_order": True, "offset": True, "prefetch": True}
+    return _lib(**{**every, **read})
 
 
 @pytest.fixture(autouse=True)
@@ -76,6 +94,7 @@ def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
         kernels.REPACK_GEMM_ENV,
         kernels.TILED_ROW_ORDER_ENV,
         kernels.Q0_OFFSET_DOT_ENV,
+        kernels.Q0_PREFETCH_ENV,
     ):
         monkeypatch.delenv(env, raising=False)
 
@@ -86,7 +105,7 @@ def test_a_patched_llama_cpp_serves_every_patched_kernel() -> None:
     assert chosen.kv_type == GGML_TYPE_F16 and chosen.tiled_attention
     assert chosen.repack_weights and chosen.repacked_gemm
     assert chosen.tiled_kquants and chosen.tiled_row_order
-    assert chosen.offset_dot
+    assert chosen.offset_dot and chosen.q0_prefetch
     assert chosen.batch_invariant
 
 
@@ -105,6 +124,22 @@ def test_a_build_without_the_offset_dot_product_serves_the_stock_tiles(
     chosen = served_kernels(_patched(**library))
     assert not chosen.offset_dot
     assert chosen == replace(BATCH_INVARIANT, offset_dot=False) and chosen.batch_invariant
+
+
+@pytest.mark.parametrize("library", [{"prefetch_supported": False}, {"prefetch": None}])
+def test_a_build_without_the_prefetching_tiles_serves_the_stock_tiles(
+    library: dict[str, Any],
+) -> None:
+    # Not AVX2, or no patch 0007: tinyBLAS leaves its weights to the hardware prefetcher.
+    chosen = served_kernels(_patched(**library))
+    assert not chosen.q0_prefetch
+    assert chosen == replace(BATCH_INVARIANT, q0_prefetch=False) and chosen.batch_invariant
+
+
+def test_the_prefetching_tiles_are_speed_only() -> None:
+    # A prefetch moves no value (scripts/patches/0007-*), so invariance does not depend on it.
+    assert replace(BATCH_INVARIANT, q0_prefetch=False).batch_invariant
+    assert not LLAMACPP_DEFAULT.q0_prefetch and not BF16_BATCH_INVARIANT.q0_prefetch
 
 
 def test_the_offset_dot_product_is_speed_only() -> None:
@@ -164,6 +199,7 @@ def test_switches_are_set_before_llama_cpp_reads_them() -> None:
     assert os.environ[kernels.TILED_ATTENTION_ENV] == "1"
     assert os.environ[kernels.REPACK_GEMM_ENV] == "1"
     assert os.environ[kernels.Q0_OFFSET_DOT_ENV] == "1"
+    assert os.environ[kernels.Q0_PREFETCH_ENV] == "1"
 
 
 def test_tiled_attention_without_the_patch_is_refused() -> None:
@@ -184,6 +220,7 @@ def test_the_repacked_gemm_without_the_patch_is_refused_and_nothing_is_set() -> 
         ("repack", "GGML_CPU_REPACK_GEMM"),
         ("row_order", "GGML_CPU_TILED_ROW_ORDER"),
         ("offset", "GGML_CPU_Q0_OFFSET_DOT"),
+        ("prefetch", "GGML_CPU_Q0_PREFETCH"),
     ],
 )
 def test_a_switch_llama_cpp_already_read_the_other_way_is_refused(patch: str, env: str) -> None:

@@ -28,10 +28,12 @@ measurements, `bench/llamacpp_bitexact.py` reproduces them):
   hands cells freed by one lane to another, so a lane's cells leave position order depending on
   what other requests did; one cache stream per sequence keeps every lane's cells in order.
 
-One switch changes speed only: `GGML_CPU_Q0_OFFSET_DOT=1` (superfluid's patch, AVX-512 VNNI
-builds) takes the sign trick out of tinyBLAS's Q0 tiles (the Q8_0 vocabulary head, Q5_0 weights),
-computing every value as before, bit for bit. It is a switch, not a change, so that the peer
-llama-server built from the same tree for the benchmarks runs llama.cpp's own kernels.
+Two switches change speed only, computing every value as before, bit for bit:
+`GGML_CPU_Q0_OFFSET_DOT=1` (superfluid's patch, AVX-512 VNNI builds) takes the sign trick out of
+tinyBLAS's Q0 tiles (the Q8_0 vocabulary head, Q5_0 weights), and `GGML_CPU_Q0_PREFETCH=1` (AVX2
+builds) makes those tiles prefetch the next block of weight rows, which takes about a third
+off steps of 2-8 rows. They are switches, not changes, so that the peer llama-server built from
+the same tree for the benchmarks runs llama.cpp's own kernels.
 
 With these, rows are identical at every depth (up to 65 rows), in prefill of any length and
 with any other lanes in the step, so speculation (and a reused prefix) cannot change greedy
@@ -63,6 +65,8 @@ REPACK_GEMM_ENV = "GGML_CPU_REPACK_GEMM"
 TILED_ROW_ORDER_ENV = "GGML_CPU_TILED_ROW_ORDER"
 #: The process-wide switch superfluid's patch adds: tinyBLAS's Q0 tiles without the sign trick.
 Q0_OFFSET_DOT_ENV = "GGML_CPU_Q0_OFFSET_DOT"
+#: The process-wide switch superfluid's patch adds: tinyBLAS's Q0 tiles prefetch the next rows.
+Q0_PREFETCH_ENV = "GGML_CPU_Q0_PREFETCH"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,10 @@ class Kernels:
     #: bit for bit, and steps of 16+ rows about 5% cheaper (needs superfluid's patch and an
     #: AVX-512 VNNI build; speed only, so `batch_invariant` does not look at it).
     offset_dot: bool = False
+    #: tinyBLAS's Q0 tiles prefetch the next block of weight rows: the same values, and steps of
+    #: 2-8 rows about a third cheaper on the benchmarks' machine (needs superfluid's patch and an
+    #: AVX2 build; speed only, so `batch_invariant` does not look at it).
+    q0_prefetch: bool = False
 
     @property
     def batch_invariant(self) -> bool:
@@ -124,6 +132,7 @@ BATCH_INVARIANT = Kernels(
     repacked_gemm=True,
     tiled_row_order=True,
     offset_dot=True,
+    q0_prefetch=True,
 )
 
 #: Exact on an unpatched llama.cpp too (BF16 stays on one per-row path; stock weight kernels),
@@ -133,6 +142,7 @@ BF16_BATCH_INVARIANT = replace(
     kv_type=GGML_TYPE_BF16,
     tiled_attention=False,
     offset_dot=False,
+    q0_prefetch=False,
 )
 
 #: llama.cpp's own defaults, for the benchmarks that compare against them.
@@ -183,6 +193,13 @@ _SWITCHES = (
         "ggml_cpu_q0_offset_dot_enabled",
         "ggml_cpu_q0_offset_dot_supported",
     ),
+    _Switch(
+        Q0_PREFETCH_ENV,
+        "q0_prefetch",
+        "tinyBLAS's prefetch",
+        "ggml_cpu_q0_prefetch_enabled",
+        "ggml_cpu_q0_prefetch_supported",
+    ),
 )
 
 
@@ -226,6 +243,11 @@ def has_offset_dot(lib: Any) -> bool:
     return _carries(lib, _switch("offset_dot"))
 
 
+def has_q0_prefetch(lib: Any) -> bool:
+    """Whether the loaded llama.cpp can make tinyBLAS's Q0 tiles prefetch the next rows."""
+    return _carries(lib, _switch("q0_prefetch"))
+
+
 def served_kernels(lib: Any) -> Kernels:
     """What a model is served with: each patch the library carries, exact either way."""
     if not has_tiled_attention(lib):
@@ -247,6 +269,8 @@ def served_kernels(lib: Any) -> Kernels:
         kernels = kernels.without_tiled_kquants()
     if not has_offset_dot(lib):
         kernels = replace(kernels, offset_dot=False)  # the stock tiles: same values, slower
+    if not has_q0_prefetch(lib):
+        kernels = replace(kernels, q0_prefetch=False)  # the same values, small steps slower
     return kernels
 
 
