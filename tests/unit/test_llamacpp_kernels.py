@@ -116,36 +116,31 @@ def test_a_build_without_the_row_order_mode_serves_no_tiled_k_quants() -> None:
     assert chosen.repack_weights and chosen.tiled_attention
 
 
-@pytest.mark.parametrize("library", [{"offset_supported": False}, {"offset": None}])
-def test_a_build_without_the_offset_dot_product_serves_the_stock_tiles(
-    library: dict[str, Any],
-) -> None:
-    # Not AVX-512 VNNI, or no patch 0006: tinyBLAS keeps its sign trick, the same values.
-    chosen = served_kernels(_patched(**library))
-    assert not chosen.offset_dot
-    assert chosen == replace(BATCH_INVARIANT, offset_dot=False) and chosen.batch_invariant
-
-
-@pytest.mark.parametrize("library", [{"prefetch_supported": False}, {"prefetch": None}])
-def test_a_build_without_the_prefetching_tiles_serves_the_stock_tiles(
-    library: dict[str, Any],
-) -> None:
+#: The speed-only modes: each moves no value, so a build without one serves the stock tiles.
+SPEED_ONLY = [
+    # Not AVX-512 VNNI, or no patch 0006: tinyBLAS keeps its sign trick.
+    ("offset_dot", {"offset_supported": False}),
+    ("offset_dot", {"offset": None}),
     # Not AVX2, or no patch 0007: tinyBLAS leaves its weights to the hardware prefetcher.
+    ("q0_prefetch", {"prefetch_supported": False}),
+    ("q0_prefetch", {"prefetch": None}),
+]
+
+
+@pytest.mark.parametrize(("mode", "library"), SPEED_ONLY)
+def test_a_build_without_a_speed_only_mode_serves_the_stock_tiles(
+    mode: str, library: dict[str, Any]
+) -> None:
     chosen = served_kernels(_patched(**library))
-    assert not chosen.q0_prefetch
-    assert chosen == replace(BATCH_INVARIANT, q0_prefetch=False) and chosen.batch_invariant
+    assert not getattr(chosen, mode)
+    assert chosen == replace(BATCH_INVARIANT, **{mode: False}) and chosen.batch_invariant
 
 
-def test_the_prefetching_tiles_are_speed_only() -> None:
-    # A prefetch moves no value (scripts/patches/0007-*), so invariance does not depend on it.
-    assert replace(BATCH_INVARIANT, q0_prefetch=False).batch_invariant
-    assert not LLAMACPP_DEFAULT.q0_prefetch and not BF16_BATCH_INVARIANT.q0_prefetch
-
-
-def test_the_offset_dot_product_is_speed_only() -> None:
-    # It moves no value (scripts/patches/0006-*), so invariance does not depend on it.
-    assert replace(BATCH_INVARIANT, offset_dot=False).batch_invariant
-    assert not LLAMACPP_DEFAULT.offset_dot and not BF16_BATCH_INVARIANT.offset_dot
+@pytest.mark.parametrize("mode", ["offset_dot", "q0_prefetch"])
+def test_the_speed_only_modes_leave_invariance_alone(mode: str) -> None:
+    # They move no value (scripts/patches/0006-*, 0007-*), so invariance does not depend on them.
+    assert replace(BATCH_INVARIANT, **{mode: False}).batch_invariant
+    assert not getattr(LLAMACPP_DEFAULT, mode) and not getattr(BF16_BATCH_INVARIANT, mode)
 
 
 def test_an_unpatched_llama_cpp_serves_bf16_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
