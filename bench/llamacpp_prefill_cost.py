@@ -7,9 +7,9 @@ llama.cpp's defaults, the served kernels with a weight kernel left as it was bef
 the served kernels with one weight-kernel knob turned back to llama.cpp's stock kernel (to
 price what those knobs cost), and the served kernels on the model's widened copy, its Q5_0
 weights as Q8_0 (what `superfluid serve` loads on x86, ADR 0018). Each configuration runs in
-its own subprocess (llama.cpp's switches are per process); rounds walk the configurations forwards then backwards, and the
-ratios are of medians over all rounds, so drift on the machine falls on every configuration
-alike.
+its own subprocess (llama.cpp's switches are per process); rounds walk the configurations
+forwards then backwards, and the ratios are of medians over all rounds, so drift on the machine
+falls on every configuration alike.
 
     .venv/bin/python -m bench.llamacpp_prefill_cost [--model PATH] [--rounds N] [--reps N]
 """
