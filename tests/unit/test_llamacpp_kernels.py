@@ -144,7 +144,7 @@ def test_the_speed_only_modes_leave_invariance_alone(mode: str) -> None:
 
 
 def test_an_unpatched_llama_cpp_serves_bf16_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="superfluid.llamacpp"):
+    with caplog.at_level(logging.WARNING, logger="superfluid"):
         chosen = served_kernels(_lib(attention=None))
     assert chosen == BF16_BATCH_INVARIANT and chosen.batch_invariant
     assert not chosen.repack_weights and not chosen.tiled_kquants
@@ -155,10 +155,28 @@ def test_an_unpatched_llama_cpp_serves_bf16_and_says_so(caplog: pytest.LogCaptur
 def test_a_llama_cpp_without_the_repack_patch_serves_unrepacked_weights(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="superfluid.llamacpp"):
+    with caplog.at_level(logging.WARNING, logger="superfluid"):
         chosen = served_kernels(_lib(attention=True, repack=None, row_order=True))
     assert chosen.tiled_attention and not chosen.repack_weights and chosen.batch_invariant
     assert "lacks superfluid's repacked-gemm patch" in caplog.text
+
+
+def test_the_server_log_shows_the_fallback_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    # `superfluid serve` sets up its logging this way, llama.cpp's own log quieted.
+    from superfluid.entrypoints import cli
+
+    logger = logging.getLogger("superfluid")
+    native = logging.getLogger("superfluid.llamacpp")
+    saved = (logger.handlers[:], logger.level, logger.propagate, native.level)
+    try:
+        cli._setup_logging()
+        served_kernels(_lib(attention=None))
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = saved[:3]
+        native.setLevel(saved[3])
+    assert "superfluid: this llama-cpp-python lacks superfluid's attention patch" in (
+        capsys.readouterr().err
+    )
 
 
 def test_the_defaults_are_not_batch_invariant() -> None:

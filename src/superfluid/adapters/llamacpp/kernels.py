@@ -47,7 +47,9 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-log = logging.getLogger("superfluid.llamacpp")
+# The server's own logger: `superfluid serve` quiets "superfluid.llamacpp" (llama.cpp's log), and
+# a user served on the fallback kernels must still be told.
+log = logging.getLogger("superfluid")
 
 #: ggml.h's type ids (llama-cpp-python does not export them all).
 GGML_TYPE_F16 = 1
