@@ -341,3 +341,27 @@ def test_every_series_but_the_http_count_names_its_model_as_operations_md_says()
             assert "model" not in labels and "route" in labels
         else:
             assert '"model"' in labels, name
+
+
+def test_tick_time_is_split_by_the_lanes_decoding_and_the_kind_of_tick():
+    metrics = PrometheusMetrics([Served("m", None)])
+    metrics.tick("m", report(lanes=3, decoding=2, prefill=50, committed=2, seconds=0.2), 3)
+    metrics.tick("m", report(lanes=3, decoding=3, committed=3, seconds=0.03), 3)
+    metrics.tick("m", report(lanes=3, decoding=3, committed=5, drafted=6, seconds=0.05), 3)
+    metrics.tick("m", report(lanes=3, decoding=3, committed=4, drafted=6, seconds=0.04), 3)
+    samples = scrape(metrics)
+
+    def at(name, lanes, kind):
+        return value(samples, name, model="m", lanes=str(lanes), kind=kind)
+
+    assert at("superfluid_ticks_total", 2, "prefill") == 1
+    assert at("superfluid_tick_seconds_total", 2, "prefill") == 0.2
+    assert at("superfluid_ticks_total", 3, "plain") == 1
+    assert at("superfluid_tick_tokens_total", 3, "plain") == 3
+    assert at("superfluid_ticks_total", 3, "speculative") == 2
+    assert at("superfluid_tick_tokens_total", 3, "speculative") == 9
+    assert abs(at("superfluid_tick_seconds_total", 3, "speculative") - 0.09) < 1e-12
+    assert (
+        "superfluid_ticks_total",
+        frozenset({("model", "m"), ("lanes", "2"), ("kind", "plain")}),
+    ) not in samples

@@ -30,6 +30,11 @@ Series:
     superfluid_prefix_reused_tokens_total{model}      prompt tokens found in a finished
                                                       request's KV (not fed again)
     superfluid_active_lanes{model}                    lanes in use after the latest tick
+    superfluid_ticks_total{model,lanes,kind}          ticks by the lanes decoding in them and
+                                                      their kind: speculative (drafted),
+                                                      plain, or prefill (a prompt shared it)
+    superfluid_tick_seconds_total{model,lanes,kind}   seconds those ticks took
+    superfluid_tick_tokens_total{model,lanes,kind}    tokens those ticks committed
     superfluid_decode_tokens_per_second{model}        committed tokens per tick-second, recent
     superfluid_http_requests_total{route,status}      HTTP requests answered
     superfluid_queue_depth{model}                     requests waiting for a lane
@@ -144,6 +149,28 @@ class PrometheusMetrics:
             ["model"],
             registry=registry,
         )
+        # Where decode time goes, by lane count and kind of tick: a speed-up or loss seen over
+        # a whole run is split here into the lane counts a run passes through and what the
+        # gates did at each (issue 23: the 8-client open-ended cell).
+        by_tick = ["model", "lanes", "kind"]
+        self._ticks = Counter(
+            "superfluid_ticks_total",
+            "Ticks by the lanes decoding in them and kind (speculative, plain, prefill).",
+            by_tick,
+            registry=registry,
+        )
+        self._tick_seconds = Counter(
+            "superfluid_tick_seconds_total",
+            "Seconds taken by ticks, by the lanes decoding in them and kind.",
+            by_tick,
+            registry=registry,
+        )
+        self._tick_tokens = Counter(
+            "superfluid_tick_tokens_total",
+            "Tokens committed by ticks, by the lanes decoding in them and kind.",
+            by_tick,
+            registry=registry,
+        )
         self._http = Counter(
             "superfluid_http_requests_total",
             "HTTP requests answered, by route and status.",
@@ -171,6 +198,10 @@ class PrometheusMetrics:
         if report.reused_tokens:
             self._reused.labels(model).inc(report.reused_tokens)
         self._lanes.labels(model).set(active_lanes)
+        labels = (model, str(report.decoding), _tick_kind(report))
+        self._ticks.labels(*labels).inc()
+        self._tick_seconds.labels(*labels).inc(max(report.seconds, 0.0))
+        self._tick_tokens.labels(*labels).inc(report.committed)
         now = self._clock()
         with self._lock:
             self._window(model).add(now, report.committed, report.seconds)
@@ -223,6 +254,14 @@ class PrometheusMetrics:
         self._lanes.labels(model).set(0)
         with self._lock:
             self._window(model)
+
+
+def _tick_kind(report: TickReport) -> str:
+    """A tick that prefilled is a prefill tick whatever it decoded (the gates do not judge it
+    either); otherwise speculative when it drafted anything."""
+    if report.prefill_tokens:
+        return "prefill"
+    return "speculative" if report.drafted else "plain"
 
 
 class _ScrapeTimeCollector:
