@@ -59,6 +59,7 @@ from bench.http_load import (
     one_round,
     scrape,
     spec_counts,
+    tick_times,
 )
 from bench.http_report import markdown, plot
 from bench.http_results import (
@@ -347,6 +348,11 @@ class Side:
         return self.system == AUTO
 
     @property
+    def superfluid(self) -> bool:
+        """Whether the server counts its ticks in /metrics (superfluid auto and off)."""
+        return self.system in (AUTO, PLAIN)
+
+    @property
     def drafting(self) -> bool:
         """Whether the server drafts, so warm-up rounds come before its cells."""
         return self.system == AUTO or (is_llama_server(self.system) and self.system != LLAMA_PLAIN)
@@ -407,6 +413,9 @@ def cell_of(
     if before is None:
         return Cell(side.system, workload.name, temperature, clients, tuple(rounds))
     after = scrape(side.base)
+    ticks = tick_times(before, after)
+    if not side.speculating:
+        return Cell(side.system, workload.name, temperature, clients, tuple(rounds), ticks=ticks)
     gates, abandoned = gate_states(after)
     counts = spec_counts(before, after)
     return Cell(
@@ -419,6 +428,7 @@ def cell_of(
         gates,
         abandoned,
         tuple(timeline or ()),
+        ticks,
     )
 
 
@@ -517,7 +527,7 @@ async def measured_cells(
                     first + WARM_UP_ROUNDS_FROM,
                     timelines[side.system],
                 )
-        before = {side.system: scrape(side.base) for side in sides if side.speculating}
+        before = {side.system: scrape(side.base) for side in sides if side.superfluid}
         rounds: dict[str, list[Round]] = {side.system: [] for side in sides}
         joined: list[Side | RawLoop] = [*sides]
         if raw is not None and clients == 1:

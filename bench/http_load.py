@@ -429,6 +429,49 @@ def spec_counts(before: Samples, after: Samples) -> SpecCounts:
 
 
 @dataclass(frozen=True, slots=True)
+class TickTime:
+    """Ticks at one lane count of one kind (speculative, plain, prefill) over a cell's measured
+    runs, from `superfluid_tick*_total` differences: where a server's decode time went."""
+
+    lanes: int
+    kind: str
+    ticks: int
+    seconds: float
+    tokens: int
+
+    @property
+    def rate(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0.0 else None
+
+
+def tick_times(before: Samples, after: Samples) -> tuple[TickTime, ...]:
+    """Every (lanes, kind) that ticked between the two scrapes, by lanes then kind."""
+    keys = {
+        labels
+        for name, labels in after
+        if name == "superfluid_ticks_total"
+        and value(after, name, **dict(labels)) > value(before, name, **dict(labels))
+    }
+    times = []
+    for labels in keys:
+        named = dict(labels)
+
+        def delta(name: str, named: dict[str, str] = named) -> float:
+            return value(after, name, **named) - value(before, name, **named)
+
+        times.append(
+            TickTime(
+                int(named["lanes"]),
+                named["kind"],
+                round(delta("superfluid_ticks_total")),
+                delta("superfluid_tick_seconds_total"),
+                round(delta("superfluid_tick_tokens_total")),
+            )
+        )
+    return tuple(sorted(times, key=lambda t: (t.lanes, t.kind)))
+
+
+@dataclass(frozen=True, slots=True)
 class GateState:
     """The gates at one lane count, as `/metrics` shows them after a cell."""
 

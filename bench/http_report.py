@@ -432,6 +432,72 @@ def timeline_table(results: Results) -> list[str]:
     return _rows(("workload", "clients", "gate after each round (phase, depth)"), rows)
 
 
+def tick_time_table(results: Results) -> list[str]:
+    """Where superfluid auto's and off's tick time went over each cell's measured runs, per lane
+    count: seconds speculating / plain / prefilling, and the decode rate (tokens over the
+    seconds of the ticks that did not prefill). A cell's ratio is split here into the lane
+    counts its rounds passed through."""
+    rows = []
+    for auto in results.cells:
+        off = results.cell(PLAIN, *auto.key)
+        if auto.system != AUTO or not auto.ticks or off is None or not off.ticks:
+            continue
+        for lanes in sorted({t.lanes for t in (*auto.ticks, *off.ticks)}):
+            mine = _tick_kinds(auto, lanes)
+            theirs = _tick_kinds(off, lanes)
+            auto_rate, off_rate = _decode_rate(mine), _decode_rate(theirs)
+            ratio = f"{auto_rate / off_rate:.2f}×" if auto_rate and off_rate else "–"
+            rows.append(
+                [
+                    auto.workload,
+                    temperature_label(auto.temperature),
+                    str(auto.clients),
+                    str(lanes),
+                    " / ".join(f"{mine[k][1]:.1f}" for k in TICK_KINDS),
+                    " / ".join(_rate_text(mine[k]) for k in TICK_KINDS[:2]),
+                    " / ".join(f"{theirs[k][1]:.1f}" for k in TICK_KINDS[1:]),
+                    _rate_text(theirs["plain"]),
+                    ratio,
+                ]
+            )
+    header = (
+        "workload",
+        "T",
+        "clients",
+        "lanes",
+        "auto s (spec / plain / prefill)",
+        "auto tok/s (spec / plain)",
+        "off s (plain / prefill)",
+        "off tok/s",
+        "auto / off decode",
+    )
+    return _rows(header, rows) if rows else []
+
+
+#: superfluid_ticks_total's kinds, in the order the tick-time table shows them.
+TICK_KINDS = ("speculative", "plain", "prefill")
+
+
+def _tick_kinds(cell: Cell, lanes: int) -> dict[str, tuple[int, float]]:
+    """(tokens, seconds) per kind of tick at `lanes` lanes in the cell's measured runs."""
+    kinds = {kind: (0, 0.0) for kind in TICK_KINDS}
+    for tick in cell.ticks:
+        if tick.lanes == lanes and tick.kind in kinds:
+            kinds[tick.kind] = (tick.tokens, tick.seconds)
+    return kinds
+
+
+def _decode_rate(kinds: dict[str, tuple[int, float]]) -> float | None:
+    tokens = kinds["speculative"][0] + kinds["plain"][0]
+    seconds = kinds["speculative"][1] + kinds["plain"][1]
+    return tokens / seconds if seconds > 0.0 else None
+
+
+def _rate_text(tokens_seconds: tuple[int, float]) -> str:
+    tokens, seconds = tokens_seconds
+    return f"{tokens / seconds:.0f}" if seconds > 0.0 else "–"
+
+
 def configs_table(results: Results, workload: str) -> list[str]:
     """Every llama-server configuration: end-to-end aggregate (decode-only) and acceptance."""
     systems = sorted(
@@ -749,6 +815,22 @@ def markdown(
             "decided or the warm-up limit, then the measured runs.",
             "",
             *timelines,
+            "",
+        ]
+    ticks = tick_time_table(results)
+    if ticks:
+        out += [
+            "## Where decode time went",
+            "",
+            "superfluid auto's and off's tick time over each cell's measured runs, by the lanes "
+            "decoding in a tick (`superfluid_tick_seconds_total` and "
+            "`superfluid_tick_tokens_total` differences): a round of *N* clients passes through "
+            "lane counts below *N* as its prompts arrive and as it drains. Seconds per kind of "
+            "tick (speculative: it drafted; plain; prefill: a prompt shared the step), the "
+            "rate of each decoding kind, and auto's decode rate (speculative and plain ticks "
+            "together) over off's at that lane count.",
+            "",
+            *ticks,
             "",
         ]
     if plot:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.http_load import GateState, Reply, Round, SpecCounts
+from bench.http_load import GateState, Reply, Round, SpecCounts, TickTime
 from bench.http_servers import LLAMA_SERVER_CONFIGS
 
 AUTO = "superfluid auto"
@@ -59,6 +59,9 @@ class Cell:
     #: The gate at the cell's lane count after each round, warm-ups first ("w" rounds), as
     #: "phase dN" (superfluid auto only): how fast the lane count decided.
     timeline: tuple[str, ...] = ()
+    #: Where the server's tick time went over the measured runs, per lane count and kind of
+    #: tick (superfluid auto and off; empty in runs saved before it was counted).
+    ticks: tuple[TickTime, ...] = ()
 
     @property
     def key(self) -> tuple[str, float, int]:
@@ -268,4 +271,5 @@ def _cell(data: dict[str, Any]) -> Cell:
         gates=tuple(GateState(**g) for g in data.get("gates", ())),
         abandoned=data.get("abandoned"),
         timeline=tuple(data.get("timeline", ())),
+        ticks=tuple(TickTime(**t) for t in data.get("ticks", ())),
     )

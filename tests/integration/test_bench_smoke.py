@@ -7,7 +7,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bench.http_load import GateState, Reply, Round, SpecCounts, Timeline, decode_window
+from bench.http_load import (
+    GateState,
+    Reply,
+    Round,
+    SpecCounts,
+    TickTime,
+    Timeline,
+    decode_window,
+    tick_times,
+)
 from bench.http_report import (
     COLUMNS,
     DECODE_ONLY,
@@ -280,6 +289,54 @@ def test_the_report_shows_each_cells_gate_timeline():
     assert "| copy-heavy | 4 | w warm-up d3 → w speculate d15 → speculate d15 |" in page
 
 
+def _ticks(system: str) -> tuple[TickTime, ...]:
+    # 8 lanes: auto plain at off's rate; 5 lanes: auto speculates at 90 tok/s against off's 100.
+    if system == AUTO:
+        return (
+            TickTime(5, "speculative", 10, 2.0, 180),
+            TickTime(8, "plain", 20, 4.0, 800),
+            TickTime(8, "prefill", 2, 1.0, 16),
+        )
+    return (TickTime(5, "plain", 20, 2.0, 200), TickTime(8, "plain", 20, 4.0, 800))
+
+
+def test_the_report_splits_auto_and_offs_tick_time_by_lane_count():
+    results = synthetic_results()
+    cells = tuple(
+        dataclasses.replace(cell, ticks=_ticks(cell.system))
+        if cell.system in (AUTO, PLAIN) and cell.key == ("open-ended", 0.0, 8)
+        else cell
+        for cell in results.cells
+    )
+    results = dataclasses.replace(results, cells=cells)
+    page = markdown(results)
+    assert "## Where decode time went" in page
+    assert (
+        "| open-ended | greedy | 8 | 5 | 2.0 / 0.0 / 0.0 | 90 / – | 2.0 / 0.0 | 100 | 0.90× |"
+        in page
+    )
+    assert (
+        "| open-ended | greedy | 8 | 8 | 0.0 / 4.0 / 1.0 | – / 200 | 4.0 / 0.0 | 200 | 1.00× |"
+        in page
+    )
+    assert "Where decode time went" not in markdown(synthetic_results())
+
+
+def test_tick_times_are_the_counters_differences_where_ticks_were_counted():
+    def samples(ticks: float, seconds: float, tokens: float, lanes: str = "3") -> dict:
+        labels = (("kind", "plain"), ("lanes", lanes))
+        return {
+            ("superfluid_ticks_total", labels): ticks,
+            ("superfluid_tick_seconds_total", labels): seconds,
+            ("superfluid_tick_tokens_total", labels): tokens,
+        }
+
+    before = {**samples(5, 1.0, 15), **samples(2, 0.5, 4, lanes="2")}
+    after = {**samples(9, 1.5, 27), **samples(2, 0.5, 4, lanes="2")}
+    assert tick_times(before, after) == (TickTime(3, "plain", 4, 0.5, 12),)
+    assert tick_times({}, after)[0] == TickTime(2, "plain", 2, 0.5, 4)
+
+
 def test_the_speculation_table_has_the_median_ttft_in_milliseconds():
     page = markdown(synthetic_results())
     assert "| greedy | 1 | 250 | 250 | 90% |" in page
@@ -348,6 +405,13 @@ def test_a_reply_times_its_first_chunk_and_counts_tokens_after_it():
 
 def test_a_saved_run_reports_the_same_after_loading(tmp_path: Path):
     results = synthetic_results()
+    cells = tuple(
+        dataclasses.replace(cell, ticks=_ticks(cell.system))
+        if cell.system in (AUTO, PLAIN)
+        else cell
+        for cell in results.cells
+    )
+    results = dataclasses.replace(results, cells=cells)
     path = tmp_path / "run.raw.json"
     results.save(path)
     assert markdown(Results.load(path)) == markdown(results)
