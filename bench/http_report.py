@@ -445,6 +445,8 @@ def tick_time_table(results: Results) -> list[str]:
         for lanes in sorted({t.lanes for t in (*auto.ticks, *off.ticks)}):
             mine = _tick_kinds(auto, lanes)
             theirs = _tick_kinds(off, lanes)
+            if sum(s for _, s in (*mine.values(), *theirs.values())) < MIN_TICK_SECONDS:
+                continue  # a lane count a round passed through in a tick or two
             auto_rate, off_rate = _decode_rate(mine), _decode_rate(theirs)
             ratio = f"{auto_rate / off_rate:.2f}×" if auto_rate and off_rate else "–"
             rows.append(
@@ -473,6 +475,9 @@ def tick_time_table(results: Results) -> list[str]:
     )
     return _rows(header, rows) if rows else []
 
+
+#: Lane counts where auto and off ticked for less than this, together, are left out.
+MIN_TICK_SECONDS = 0.05
 
 #: superfluid_ticks_total's kinds, in the order the tick-time table shows them.
 TICK_KINDS = ("speculative", "plain", "prefill")

@@ -296,8 +296,13 @@ def _ticks(system: str) -> tuple[TickTime, ...]:
             TickTime(5, "speculative", 10, 2.0, 180),
             TickTime(8, "plain", 20, 4.0, 800),
             TickTime(8, "prefill", 2, 1.0, 16),
+            TickTime(7, "plain", 1, 0.02, 7),
         )
-    return (TickTime(5, "plain", 20, 2.0, 200), TickTime(8, "plain", 20, 4.0, 800))
+    return (
+        TickTime(5, "plain", 20, 2.0, 200),
+        TickTime(7, "plain", 1, 0.02, 7),
+        TickTime(8, "plain", 20, 4.0, 800),
+    )
 
 
 def test_the_report_splits_auto_and_offs_tick_time_by_lane_count():
@@ -319,6 +324,7 @@ def test_the_report_splits_auto_and_offs_tick_time_by_lane_count():
         "| open-ended | greedy | 8 | 8 | 0.0 / 4.0 / 1.0 | – / 200 | 4.0 / 0.0 | 200 | 1.00× |"
         in page
     )
+    assert "| open-ended | greedy | 8 | 7 |" not in page  # 0.04 s there: left out
     assert "Where decode time went" not in markdown(synthetic_results())
 
 
