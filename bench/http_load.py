@@ -439,10 +439,6 @@ class TickTime:
     seconds: float
     tokens: int
 
-    @property
-    def rate(self) -> float | None:
-        return self.tokens / self.seconds if self.seconds > 0.0 else None
-
 
 def tick_times(before: Samples, after: Samples) -> tuple[TickTime, ...]:
     """Every (lanes, kind) that ticked between the two scrapes, by lanes then kind."""

@@ -152,23 +152,22 @@ class PrometheusMetrics:
         # Where decode time goes, by lane count and kind of tick: a speed-up or loss seen over
         # a whole run is split here into the lane counts a run passes through and what the
         # gates did at each (issue 23: the 8-client open-ended cell).
-        by_tick = ["model", "lanes", "kind"]
         self._ticks = Counter(
             "superfluid_ticks_total",
             "Ticks by the lanes decoding in them and kind (speculative, plain, prefill).",
-            by_tick,
+            ["model", "lanes", "kind"],
             registry=registry,
         )
         self._tick_seconds = Counter(
             "superfluid_tick_seconds_total",
             "Seconds taken by ticks, by the lanes decoding in them and kind.",
-            by_tick,
+            ["model", "lanes", "kind"],
             registry=registry,
         )
         self._tick_tokens = Counter(
             "superfluid_tick_tokens_total",
             "Tokens committed by ticks, by the lanes decoding in them and kind.",
-            by_tick,
+            ["model", "lanes", "kind"],
             registry=registry,
         )
         self._http = Counter(
