@@ -149,26 +149,24 @@ class PrometheusMetrics:
             ["model"],
             registry=registry,
         )
+
         # Where decode time goes, by lane count and kind of tick: a speed-up or loss seen over
         # a whole run is split here into the lane counts a run passes through and what the
         # gates did at each (issue 23: the 8-client open-ended cell).
-        self._ticks = Counter(
+        def by_tick(name: str, documentation: str) -> Counter:
+            return Counter(name, documentation, ["model", "lanes", "kind"], registry=registry)
+
+        self._ticks = by_tick(
             "superfluid_ticks_total",
             "Ticks by the lanes decoding in them and kind (speculative, plain, prefill).",
-            ["model", "lanes", "kind"],
-            registry=registry,
         )
-        self._tick_seconds = Counter(
+        self._tick_seconds = by_tick(
             "superfluid_tick_seconds_total",
             "Seconds taken by ticks, by the lanes decoding in them and kind.",
-            ["model", "lanes", "kind"],
-            registry=registry,
         )
-        self._tick_tokens = Counter(
+        self._tick_tokens = by_tick(
             "superfluid_tick_tokens_total",
             "Tokens committed by ticks, by the lanes decoding in them and kind.",
-            ["model", "lanes", "kind"],
-            registry=registry,
         )
         self._http = Counter(
             "superfluid_http_requests_total",
