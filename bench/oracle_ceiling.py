@@ -205,6 +205,8 @@ class Cell:
     auto: list[RoundFigures] = field(default_factory=list)
     oracle: dict[int, list[RoundFigures]] = field(default_factory=dict)  # depth -> runs
     auto_gate: str = ""
+    #: prompt-lookup at fixed depths, no gate (`--lookup-depths`): depth -> runs
+    lookup: dict[int, list[RoundFigures]] = field(default_factory=dict)
 
     @staticmethod
     def decode(runs: list[RoundFigures]) -> float:
@@ -222,6 +224,13 @@ class Cell:
     @property
     def best_depth(self) -> int:
         return max(self.oracle, key=lambda d: self.decode(self.oracle[d]))
+
+    @property
+    def best_lookup_depth(self) -> int | None:
+        """The fixed prompt-lookup depth that decoded fastest (None when none was measured)."""
+        if not self.lookup:
+            return None
+        return max(self.lookup, key=lambda d: self.decode(self.lookup[d]))
 
 
 def prompts_for(runtime, workload: Workload, clients: int, run: int) -> list[list[int]]:
@@ -296,6 +305,17 @@ def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients:
                 log(f"  oracle d{depth} pass {attempt + 1}: output left the continuation")
                 continuation = figures.outputs
             cell.oracle.setdefault(depth, []).append(figures)
+        for depth in args.lookup_depths:
+            # Prompt-lookup's own ceiling: its drafts at one depth everywhere, no gate.
+            fixed = Executor(
+                runtime,
+                max_lanes=clients,
+                clock=time.perf_counter,
+                drafter=PromptLookupDrafter(),
+                policy=FixedDepth(depth),
+                reuse_prefixes=False,
+            )
+            cell.lookup.setdefault(depth, []).append(run_round(fixed, prompts, args.tokens))
         cell.auto.append(run_round(auto, prompts, args.tokens))
     cell.auto_gate = gate_phase(policy, clients)
     d = cell.best_depth
@@ -379,7 +399,53 @@ def report(cells: list[Cell], args: argparse.Namespace, header: list[str]) -> st
         rows[-1][4] += f"<br>{depths}"
     table = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     table += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join([*header, *table, "", *METHOD])
+    return "\n".join([*header, *table, "", *lookup_table(cells), *METHOD])
+
+
+LOOKUP_COLUMNS = (
+    "workload",
+    "clients",
+    "prompt-lookup at fixed depths, no gate (decode-only tok/s)",
+    "best fixed depth / oracle",
+    "auto / best fixed depth",
+)
+
+
+def lookup_table(cells: list[Cell]) -> list[str]:
+    """Prompt-lookup's own ceiling per cell: what its drafts reach at the best fixed depth, and
+    auto's fraction of that (empty when `--lookup-depths` measured nothing)."""
+    rows = []
+    for cell in cells:
+        best = cell.best_lookup_depth
+        if best is None:
+            continue
+        fixed = cell.decode(cell.lookup[best])
+        oracle = cell.decode(cell.oracle[cell.best_depth])
+        depths = ", ".join(f"d{k} {cell.decode(v):.1f}" for k, v in sorted(cell.lookup.items()))
+        rows.append(
+            [
+                cell.workload,
+                str(cell.clients),
+                depths,
+                f"{fixed / oracle:.0%} (d{best})" if oracle else "–",
+                f"{cell.decode(cell.auto) / fixed:.0%}" if fixed else "–",
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        "## Prompt-lookup's own ceiling",
+        "",
+        "Prompt-lookup's drafts (the most recent earlier occurrence's continuation, the issue's "
+        "decision 2) at one fixed depth for every lane and tick, no gate, on the same prompts "
+        "in the same runs. Its best fixed depth is what the depth rule could reach without "
+        "knowing the text in advance; the oracle's lead over it is prompt-lookup's misses.",
+        "",
+        "| " + " | ".join(LOOKUP_COLUMNS) + " |",
+        "|" + "---|" * len(LOOKUP_COLUMNS),
+        *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+    ]
 
 
 METHOD = [
@@ -419,6 +485,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, help="max tokens per request (default 128; quick 64)")
     parser.add_argument("--clients", help="client counts (default 1,2,4,8; quick 1)")
     parser.add_argument("--depths", help="oracle draft depths (default 15,31,63; quick 15,63)")
+    parser.add_argument(
+        "--lookup-depths",
+        default="",
+        help="prompt-lookup at these fixed depths, no gate, as its own ceiling (default: none)",
+    )
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument(
         "--passes", type=int, default=3, help="oracle passes at most per run (see measure_cell)"
@@ -441,6 +512,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.tokens = args.tokens or (64 if q else 128)
     args.clients = tuple(int(c) for c in (args.clients or ("1" if q else "1,2,4,8")).split(","))
     args.depths = tuple(int(d) for d in (args.depths or ("15,63" if q else "15,31,63")).split(","))
+    args.lookup_depths = tuple(int(d) for d in args.lookup_depths.split(",") if d)
     args.workloads = tuple(w for w in args.workloads.split(",") if w)
     for name in args.workloads:
         if name not in WORKLOADS:
@@ -491,7 +563,13 @@ def main(argv: list[str] | None = None) -> None:
         "",
         f"- `{' '.join(['.venv/bin/python -m bench.oracle_ceiling', shown]).strip()}`",
         f"- model `{Path(model).name}`, {args.tokens} tokens per request, greedy, "
-        f"{args.runs} run(s) per cell, oracle depths {', '.join(map(str, args.depths))}; "
+        f"{args.runs} run(s) per cell, oracle depths {', '.join(map(str, args.depths))}"
+        + (
+            f", prompt-lookup fixed depths {', '.join(map(str, args.lookup_depths))}"
+            if args.lookup_depths
+            else ""
+        )
+        + "; "
         f"1-minute load {load_before} at the start; {minutes:.1f} minutes"
         + ("; **quick smoke run**" if args.quick else ""),
         "",
@@ -507,6 +585,7 @@ def main(argv: list[str] | None = None) -> None:
             "auto": [asdict(r) for r in c.auto],
             "oracle": {str(d): [asdict(r) for r in runs] for d, runs in c.oracle.items()},
             "auto_gate": c.auto_gate,
+            "lookup": {str(d): [asdict(r) for r in runs] for d, runs in c.lookup.items()},
         }
         for c in cells
     ]
@@ -528,6 +607,7 @@ def _cell_from(saved: dict) -> Cell:
         runs(saved["auto"]),
         {int(d): runs(items) for d, items in saved["oracle"].items()},
         saved["auto_gate"],
+        {int(d): runs(items) for d, items in saved.get("lookup", {}).items()},
     )
 
 

@@ -16,7 +16,15 @@ from bench.http_load import Request, client_for, one_round
 from bench.http_results import AUTO, LLAMA_SERVERS, PLAIN, is_llama_server
 from bench.http_servers import llama_server_binary, llama_server_spec, running
 from bench.http_workloads import COPY_HEAVY, MULTI_TURN
-from bench.oracle_ceiling import FixedDepth, OracleDrafter, OracleState, run_round
+from bench.oracle_ceiling import (
+    Cell,
+    FixedDepth,
+    OracleDrafter,
+    OracleState,
+    RoundFigures,
+    lookup_table,
+    run_round,
+)
 
 from superfluid.application.executor import Executor
 from tests.fakes import FakeModel, FakeRuntime
@@ -53,6 +61,19 @@ def test_the_oracle_is_accepted_whole_and_changes_no_output():
     # 7 drafts + 1 per step: 40 tokens in far fewer steps than plain's one per step.
     assert len(runtime.steps) - plain_steps < plain_steps / 3
     assert figures.decode_tokens < figures.tokens and figures.decode_wall <= figures.wall
+
+
+def _runs(rate: float) -> list[RoundFigures]:
+    return [RoundFigures(((1,),), 1.0, int(rate), 1.0, 0, 0)]
+
+
+def test_prompt_lookups_own_ceiling_is_its_best_fixed_depth():
+    cell = Cell("copy-heavy", 4, _runs(100.0), _runs(135.0), {15: _runs(180.0)}, "speculate")
+    assert lookup_table([cell]) == []  # no fixed prompt-lookup depth measured
+    cell.lookup = {3: _runs(120.0), 7: _runs(150.0), 15: _runs(140.0)}
+    assert cell.best_lookup_depth == 7
+    table = lookup_table([cell])
+    assert "| copy-heavy | 4 | d3 120.0, d7 150.0, d15 140.0 | 83% (d7) | 90% |" in table
 
 
 # -- the harness ------------------------------------------------------------------------------
