@@ -442,29 +442,27 @@ class TickTime:
 
 def tick_times(before: Samples, after: Samples) -> tuple[TickTime, ...]:
     """Every (lanes, kind) that ticked between the two scrapes, by lanes then kind."""
-    keys = {
-        labels
-        for name, labels in after
-        if name == "superfluid_ticks_total"
-        and value(after, name, **dict(labels)) > value(before, name, **dict(labels))
-    }
     times = []
-    for labels in keys:
+    for name, labels in after:
         named = dict(labels)
-
-        def delta(name: str, named: dict[str, str] = named) -> float:
-            return value(after, name, **named) - value(before, name, **named)
-
-        times.append(
-            TickTime(
-                int(named["lanes"]),
-                named["kind"],
-                round(delta("superfluid_ticks_total")),
-                delta("superfluid_tick_seconds_total"),
-                round(delta("superfluid_tick_tokens_total")),
-            )
+        if name != "superfluid_ticks_total":
+            continue
+        ticks, seconds, tokens = (
+            value(after, series, **named) - value(before, series, **named) for series in TICK_SERIES
         )
+        if ticks > 0:
+            times.append(
+                TickTime(int(named["lanes"]), named["kind"], round(ticks), seconds, round(tokens))
+            )
     return tuple(sorted(times, key=lambda t: (t.lanes, t.kind)))
+
+
+#: The counters `tick_times` reads, in TickTime's order.
+TICK_SERIES = (
+    "superfluid_ticks_total",
+    "superfluid_tick_seconds_total",
+    "superfluid_tick_tokens_total",
+)
 
 
 @dataclass(frozen=True, slots=True)
