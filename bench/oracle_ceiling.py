@@ -272,6 +272,18 @@ def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients:
         policy=policy,
         reuse_prefixes=False,  # the bench repeats prompts; a live server's would differ
     )
+    # Prompt-lookup's own ceiling: its drafts at one depth everywhere, no gate.
+    lookups = {
+        depth: Executor(
+            runtime,
+            max_lanes=clients,
+            clock=time.perf_counter,
+            drafter=PromptLookupDrafter(),
+            policy=FixedDepth(depth),
+            reuse_prefixes=False,
+        )
+        for depth in args.lookup_depths
+    }
     for warm in range(max(args.warmup, args.warmup_max)):
         phase = gate_phase(policy, clients)
         if warm >= args.warmup and phase.split(",")[0] in (*SETTLED, "abandoned"):
@@ -305,16 +317,7 @@ def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients:
                 log(f"  oracle d{depth} pass {attempt + 1}: output left the continuation")
                 continuation = figures.outputs
             cell.oracle.setdefault(depth, []).append(figures)
-        for depth in args.lookup_depths:
-            # Prompt-lookup's own ceiling: its drafts at one depth everywhere, no gate.
-            fixed = Executor(
-                runtime,
-                max_lanes=clients,
-                clock=time.perf_counter,
-                drafter=PromptLookupDrafter(),
-                policy=FixedDepth(depth),
-                reuse_prefixes=False,
-            )
+        for depth, fixed in lookups.items():
             cell.lookup.setdefault(depth, []).append(run_round(fixed, prompts, args.tokens))
         cell.auto.append(run_round(auto, prompts, args.tokens))
     cell.auto_gate = gate_phase(policy, clients)
