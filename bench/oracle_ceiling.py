@@ -41,6 +41,7 @@ from pathlib import Path
 from bench.http_workloads import COPY_HEAVY, LONG_PROMPT, OPEN_ENDED, Workload
 from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
+from superfluid.application.ports import DraftState
 from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy, TickPlan
 from superfluid.domain.sampling import SamplingParams
@@ -92,6 +93,45 @@ class OracleState:
         self._position += len(tokens)
         if tuple(tokens) != expected:
             self._on_path = False
+
+
+class ClairvoyantLookupDrafter:
+    """Prompt-lookup's own drafts, each cut to the part plain decoding will accept.
+
+    What is drafted is prompt-lookup's (decision 2); how many of its tokens is decided knowing
+    the continuation, so no rule on whether and how much to draft (the gates' whole lever) can
+    do better with these drafts: the bound on what the gates could make of prompt-lookup."""
+
+    strategy = "prompt-lookup, clairvoyant length"
+
+    def __init__(self, continuations: dict[tuple[int, ...], Sequence[int]]) -> None:
+        self._continuations = continuations
+
+    def open(self, prompt: Sequence[int], *, seq: int) -> ClairvoyantLookupState:
+        return ClairvoyantLookupState(
+            PromptLookupDrafter().open(prompt, seq=seq),
+            OracleState(self._continuations.get(tuple(prompt), ())),
+        )
+
+
+class ClairvoyantLookupState:
+    __slots__ = ("_known", "_lookup")
+
+    def __init__(self, lookup: DraftState, known: OracleState) -> None:
+        self._lookup = lookup
+        self._known = known
+
+    def propose(self, k: int) -> list[int]:
+        draft, known = self._lookup.propose(k), self._known.propose(k)
+        agreed = next(
+            (i for i, (a, b) in enumerate(zip(draft, known, strict=False)) if a != b),
+            min(len(draft), len(known)),
+        )
+        return draft[:agreed]
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        self._lookup.commit(tokens)
+        self._known.commit(tokens)
 
 
 class FixedDepth:
@@ -207,6 +247,8 @@ class Cell:
     auto_gate: str = ""
     #: prompt-lookup at fixed depths, no gate (`--lookup-depths`): depth -> runs
     lookup: dict[int, list[RoundFigures]] = field(default_factory=dict)
+    #: prompt-lookup's drafts cut to what is accepted, at fixed depths (`--bound-depths`)
+    bound: dict[int, list[RoundFigures]] = field(default_factory=dict)
 
     @staticmethod
     def decode(runs: list[RoundFigures]) -> float:
@@ -231,6 +273,13 @@ class Cell:
         if not self.lookup:
             return None
         return max(self.lookup, key=lambda d: self.decode(self.lookup[d]))
+
+    @property
+    def best_bound_depth(self) -> int | None:
+        """The depth cap at which the clairvoyant-length prompt-lookup decoded fastest."""
+        if not self.bound:
+            return None
+        return max(self.bound, key=lambda d: self.decode(self.bound[d]))
 
 
 def prompts_for(runtime, workload: Workload, clients: int, run: int) -> list[list[int]]:
@@ -319,6 +368,18 @@ def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients:
             cell.oracle.setdefault(depth, []).append(figures)
         for depth, fixed in lookups.items():
             cell.lookup.setdefault(depth, []).append(run_round(fixed, prompts, args.tokens))
+        for depth in args.bound_depths:
+            clairvoyant = Executor(
+                runtime,
+                max_lanes=clients,
+                clock=time.perf_counter,
+                drafter=ClairvoyantLookupDrafter(
+                    {tuple(p): o for p, o in zip(prompts, base.outputs, strict=True)}
+                ),
+                policy=FixedDepth(depth),
+                reuse_prefixes=False,
+            )
+            cell.bound.setdefault(depth, []).append(run_round(clairvoyant, prompts, args.tokens))
         cell.auto.append(run_round(auto, prompts, args.tokens))
     cell.auto_gate = gate_phase(policy, clients)
     d = cell.best_depth
@@ -411,27 +472,45 @@ LOOKUP_COLUMNS = (
     "prompt-lookup at fixed depths, no gate (decode-only tok/s)",
     "best fixed depth / oracle",
     "auto / best fixed depth",
+    "clairvoyant length (decode-only tok/s, by depth cap)",
+    "clairvoyant / oracle",
+    "auto / clairvoyant",
 )
 
 
+def _best(cell: Cell, runs: dict[int, list[RoundFigures]], best: int | None) -> tuple[str, str]:
+    """Each depth's rate, and the best one's fraction of the oracle ("–" when not measured)."""
+    if best is None:
+        return "–", "–"
+    oracle = cell.decode(cell.oracle[cell.best_depth])
+    depths = ", ".join(f"d{k} {cell.decode(v):.1f}" for k, v in sorted(runs.items()))
+    return depths, f"{cell.decode(runs[best]) / oracle:.0%} (d{best})" if oracle else "–"
+
+
+def _fraction(part: float, whole: float | None) -> str:
+    return f"{part / whole:.0%}" if whole else "–"
+
+
 def lookup_table(cells: list[Cell]) -> list[str]:
-    """Prompt-lookup's own ceiling per cell: what its drafts reach at the best fixed depth, and
-    auto's fraction of that (empty when `--lookup-depths` measured nothing)."""
+    """Prompt-lookup's own ceilings per cell: what its drafts reach at the best fixed depth, and
+    with a clairvoyant length (the bound on any whether-and-how-much rule), and auto's fraction
+    of each (empty when neither `--lookup-depths` nor `--bound-depths` measured anything)."""
     rows = []
     for cell in cells:
-        best = cell.best_lookup_depth
-        if best is None:
+        fixed_depth, bound_depth = cell.best_lookup_depth, cell.best_bound_depth
+        if fixed_depth is None and bound_depth is None:
             continue
-        fixed = cell.decode(cell.lookup[best])
-        oracle = cell.decode(cell.oracle[cell.best_depth])
-        depths = ", ".join(f"d{k} {cell.decode(v):.1f}" for k, v in sorted(cell.lookup.items()))
+        auto = cell.decode(cell.auto)
+        fixed = None if fixed_depth is None else cell.decode(cell.lookup[fixed_depth])
+        bound = None if bound_depth is None else cell.decode(cell.bound[bound_depth])
         rows.append(
             [
                 cell.workload,
                 str(cell.clients),
-                depths,
-                f"{fixed / oracle:.0%} (d{best})" if oracle else "–",
-                f"{cell.decode(cell.auto) / fixed:.0%}" if fixed else "–",
+                *_best(cell, cell.lookup, fixed_depth),
+                _fraction(auto, fixed),
+                *_best(cell, cell.bound, bound_depth),
+                _fraction(auto, bound),
             ]
         )
     if not rows:
@@ -440,9 +519,12 @@ def lookup_table(cells: list[Cell]) -> list[str]:
         "## Prompt-lookup's own ceiling",
         "",
         "Prompt-lookup's drafts (the most recent earlier occurrence's continuation, the issue's "
-        "decision 2) at one fixed depth for every lane and tick, no gate, on the same prompts "
-        "in the same runs. Its best fixed depth is what the depth rule could reach without "
-        "knowing the text in advance; the oracle's lead over it is prompt-lookup's misses.",
+        "decision 2) on the same prompts in the same runs, no gate. **Fixed depths**: one depth "
+        "for every lane and tick; the best is what one depth rule reaches without knowing the "
+        "text in advance. **Clairvoyant length**: each draft cut to the part plain decoding "
+        "accepts (nothing drafted where that is none), under a depth cap: no rule on whether "
+        "and how much of a draft to verify — the gates' whole lever — can do better with these "
+        "drafts. The oracle's lead over it is what prompt-lookup does not draft.",
         "",
         "| " + " | ".join(LOOKUP_COLUMNS) + " |",
         "|" + "---|" * len(LOOKUP_COLUMNS),
@@ -493,6 +575,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help="prompt-lookup at these fixed depths, no gate, as its own ceiling (default: none)",
     )
+    parser.add_argument(
+        "--bound-depths",
+        default="",
+        help="prompt-lookup with a clairvoyant length at these depth caps: the bound on what "
+        "the gates can make of its drafts (default: none)",
+    )
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument(
         "--passes", type=int, default=3, help="oracle passes at most per run (see measure_cell)"
@@ -516,6 +604,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.clients = tuple(int(c) for c in (args.clients or ("1" if q else "1,2,4,8")).split(","))
     args.depths = tuple(int(d) for d in (args.depths or ("15,63" if q else "15,31,63")).split(","))
     args.lookup_depths = tuple(int(d) for d in args.lookup_depths.split(",") if d)
+    args.bound_depths = tuple(int(d) for d in args.bound_depths.split(",") if d)
     args.workloads = tuple(w for w in args.workloads.split(",") if w)
     for name in args.workloads:
         if name not in WORKLOADS:
@@ -572,6 +661,11 @@ def main(argv: list[str] | None = None) -> None:
             if args.lookup_depths
             else ""
         )
+        + (
+            f", clairvoyant-length caps {', '.join(map(str, args.bound_depths))}"
+            if args.bound_depths
+            else ""
+        )
         + "; "
         f"1-minute load {load_before} at the start; {minutes:.1f} minutes"
         + ("; **quick smoke run**" if args.quick else ""),
@@ -589,6 +683,7 @@ def main(argv: list[str] | None = None) -> None:
             "oracle": {str(d): [asdict(r) for r in runs] for d, runs in c.oracle.items()},
             "auto_gate": c.auto_gate,
             "lookup": {str(d): [asdict(r) for r in runs] for d, runs in c.lookup.items()},
+            "bound": {str(d): [asdict(r) for r in runs] for d, runs in c.bound.items()},
         }
         for c in cells
     ]
@@ -611,6 +706,7 @@ def _cell_from(saved: dict) -> Cell:
         {int(d): runs(items) for d, items in saved["oracle"].items()},
         saved["auto_gate"],
         {int(d): runs(items) for d, items in saved.get("lookup", {}).items()},
+        {int(d): runs(items) for d, items in saved.get("bound", {}).items()},
     )
 
 

@@ -18,6 +18,7 @@ from bench.http_servers import llama_server_binary, llama_server_spec, running
 from bench.http_workloads import COPY_HEAVY, MULTI_TURN
 from bench.oracle_ceiling import (
     Cell,
+    ClairvoyantLookupDrafter,
     FixedDepth,
     OracleDrafter,
     OracleState,
@@ -73,7 +74,43 @@ def test_prompt_lookups_own_ceiling_is_its_best_fixed_depth():
     cell.lookup = {3: _runs(120.0), 7: _runs(150.0), 15: _runs(140.0)}
     assert cell.best_lookup_depth == 7
     table = lookup_table([cell])
-    assert "| copy-heavy | 4 | d3 120.0, d7 150.0, d15 140.0 | 83% (d7) | 90% |" in table
+    assert (
+        "| copy-heavy | 4 | d3 120.0, d7 150.0, d15 140.0 | 83% (d7) | 90% | – | – | – |" in table
+    )
+    cell.bound = {15: _runs(160.0), 63: _runs(170.0)}
+    assert cell.best_bound_depth == 63
+    row = "| copy-heavy | 4 | d3 120.0, d7 150.0, d15 140.0 | 83% (d7) | 90% | d15 160.0, d63 170.0 | 94% (d63) | 79% |"
+    assert row in lookup_table([cell])
+
+
+def test_the_clairvoyant_length_drafts_only_what_is_accepted():
+    # The prompt repeats 1 2 3 4 5, so prompt-lookup drafts 4 5 1 2 after "1 2 3"; the known
+    # continuation agrees on 4 5 only: the draft is cut there, and nothing is drafted where
+    # prompt-lookup's first token is already wrong.
+    drafter = ClairvoyantLookupDrafter({(1, 2, 3, 4, 5, 1, 2, 3): (4, 5, 9, 9, 9)})
+    state = drafter.open([1, 2, 3, 4, 5, 1, 2, 3], seq=0)
+    assert state.propose(4) == [4, 5]
+    state.commit([4, 5, 9])  # history now ends 5 9: no earlier "5 9" nor "9"-ending trigram
+    assert state.propose(4) == []
+    assert drafter.open([7, 7], seq=0).propose(3) == []  # an unknown prompt drafts nothing
+
+
+def test_the_clairvoyant_length_is_accepted_whole_and_changes_no_output():
+    runtime = FakeRuntime(FakeModel(eos=False), max_verify_rows=16)
+    prompts = [[3, 4, 5, 6, 3, 4, 5, 6, 3, 4], [7, 8, 9, 7, 8]]
+    plain = run_round(Executor(runtime, max_lanes=2, clock=time.perf_counter), prompts, 30)
+    clairvoyant = Executor(
+        runtime,
+        max_lanes=2,
+        clock=time.perf_counter,
+        drafter=ClairvoyantLookupDrafter(
+            {tuple(p): o for p, o in zip(prompts, plain.outputs, strict=True)}
+        ),
+        policy=FixedDepth(7),
+    )
+    figures = run_round(clairvoyant, prompts, 30)
+    assert figures.outputs == plain.outputs
+    assert 0 < figures.accepted == figures.proposed
 
 
 # -- the harness ------------------------------------------------------------------------------
