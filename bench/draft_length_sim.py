@@ -43,7 +43,7 @@ from superfluid.domain.gates.depth import (
     power_of_two_rows,
 )
 from superfluid.domain.gates.step_cost import StepCosts
-from superfluid.domain.prompt_lookup import PromptLookupIndex
+from superfluid.domain.prompt_lookup import NGRAM_SIZES, PromptLookupIndex
 
 #: One lane's verify step of r rows, every row with logits, relative to one row, linear between
 #: the measured counts. The runtime rounds logits rows up to counts the head runs cheaply
@@ -147,11 +147,39 @@ def replay(prompt: list[int], out: list[int], rule: Rule, *, knows: bool = False
     return (len(out) - 1) / cost
 
 
+def agreement(history: list[int], limit: int) -> int | None:
+    """How many tokens the continuations of the tail's two most recent earlier occurrences
+    (the n-gram prompt-lookup matched: 3, else 2) share, up to `limit`; None when the tail
+    occurs earlier only once. The draft comes from the latest; where the one before it went
+    elsewhere, the text has forked there before."""
+    length = len(history)
+    for n in NGRAM_SIZES:
+        if length <= n:
+            continue
+        tail = history[length - n :]
+        starts = [i for i in range(length - n - 1, -1, -1) if history[i : i + n] == tail][:2]
+        if not starts:
+            continue
+        if len(starts) < 2:
+            return None
+        a, b = starts[0] + n, starts[1] + n
+        shared = 0
+        while shared < limit and a + shared < length and history[a + shared] == history[b + shared]:
+            shared += 1
+        return shared
+    return None
+
+
 def learnt(
-    controller: DepthController, starts: tuple[int, ...], cap_after_miss: int | None
+    controller: DepthController,
+    starts: tuple[int, ...],
+    cap_after_miss: int | None,
+    fork_floor: int | None = None,
 ) -> Rule:
     """The served policy's depth choice with match classes starting at `starts`; with
-    `cap_after_miss`, a lane whose last draft missed drafts at most that deep next round."""
+    `cap_after_miss`, a lane whose last draft missed drafts at most that deep next round; with
+    `fork_floor`, a draft is cut where the tail's two latest continuations fork (`agreement`),
+    but not below that many tokens."""
 
     def choose(index: PromptLookupIndex, state: dict) -> int:
         length = index.match_length()
@@ -159,6 +187,10 @@ def learnt(
         k = controller.choose(state["class"]) if length else 0
         if cap_after_miss is not None and state.get("missed"):
             k = min(k, cap_after_miss)
+        if fork_floor is not None and k > fork_floor:
+            shared = agreement(index._history, k)
+            if shared is not None:
+                k = max(min(k, shared), fork_floor)
         return k
 
     def told(state: dict, drafted: int, accepted: int) -> None:
@@ -177,6 +209,7 @@ def served(
     cap_after_miss: int | None = None,
     *,
     cut_at_miss: bool = False,
+    fork_floor: int | None = None,
 ) -> float:
     """The served policy at depth cap `cap`, warmed up over one pass of the prompts; with
     `cut_at_miss`, each draft is cut where it will first be rejected."""
@@ -188,7 +221,7 @@ def served(
         candidates=power_of_two_rows(cap),
         may_skip=True,
     )
-    rule = learnt(controller, starts, cap_after_miss)
+    rule = learnt(controller, starts, cap_after_miss, fork_floor)
     for _ in range(2):  # the first pass warms the controller up, as a server's first requests
         runs = [replay(p["prompt"], p["out"], rule, knows=cut_at_miss) for p in prompts]
     return sum(runs) / len(runs)
@@ -228,6 +261,15 @@ def main() -> None:
         "cap 64, classes 3/8, 7 after a miss": lambda w: served(mine(w), 64, (3, 8), 7),
         "cap 64, classes 3/8, 15 after a miss": lambda w: served(mine(w), 64, (3, 8), 15),
         "cap 64, classes 3/8, 31 after a miss": lambda w: served(mine(w), 64, (3, 8), 31),
+        "cap 64, classes 3/8, cut where the key forked, at least 0": lambda w: served(
+            mine(w), 64, (3, 8), fork_floor=0
+        ),
+        "cap 64, classes 3/8, cut where the key forked, at least 1": lambda w: served(
+            mine(w), 64, (3, 8), fork_floor=1
+        ),
+        "cap 64, classes 3/8, cut where the key forked, at least 3": lambda w: served(
+            mine(w), 64, (3, 8), fork_floor=3
+        ),
         "served, each draft cut at its first miss": lambda w: served(
             mine(w), 64, (3, 8), cut_at_miss=True
         ),
