@@ -524,7 +524,8 @@ def lookup_table(cells: list[Cell]) -> list[str]:
         "text in advance. **Clairvoyant length**: each draft cut to the part plain decoding "
         "accepts (nothing drafted where that is none), under a depth cap: no rule on whether "
         "and how much of a draft to verify — the gates' whole lever — can do better with these "
-        "drafts. The oracle's lead over it is what prompt-lookup does not draft.",
+        "drafts, short of evening out a tick's widths across lanes. The oracle's lead over it "
+        "is where these drafts leave the reply: each such place ends a lane's round early.",
         "",
         "| " + " | ".join(LOOKUP_COLUMNS) + " |",
         "|" + "---|" * len(LOOKUP_COLUMNS),
