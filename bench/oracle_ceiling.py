@@ -14,6 +14,11 @@ oracle and auto decode the same ones). Per workload and client count, greedy:
    through this executor. It runs at fixed depths (`--depths`) and the best is the ceiling.
 3. **auto** — the executor with prompt-lookup and the real gates (`SpecPolicy`), warmed up on the
    cell's prompts until the gate at that lane count has decided, as a long-running server is.
+4. **prompt-lookup at fixed depths** (`--lookup-depths`) — its drafts at one depth everywhere,
+   no gate: what one depth rule reaches without knowing the text.
+5. **prompt-lookup with a clairvoyant length** (`--bound-depths`, `ClairvoyantLookupDrafter`) —
+   its drafts cut to what plain decoding accepts, under a depth cap: the bound on what any
+   whether-and-how-much rule (the gates) makes of prompt-lookup's drafts.
 
 Rates are aggregate tokens per second, decode-only (after every request's first token, as the
 HTTP bench's) and end to end. The report gives auto's fraction of the oracle per cell, and, when
@@ -23,8 +28,9 @@ against HTTP, so the HTTP server's overhead counts in the oracle's favour). Writ
 and `oracle.raw.json` into `--out` (default docs/benchmarks/; with `--quick`
 /tmp/superfluid-oracle/quick).
 
-The oracle plugs into the drafting port (`Drafter.open` → `DraftState.propose`/`commit`) and
-the executor's `SpeculationPolicy` protocol; nothing in src/ knows about it.
+The oracle and the clairvoyant plug into the drafting port (`Drafter.open` →
+`DraftState.propose`/`commit`) and the executor's `SpeculationPolicy` protocol; nothing in src/
+knows about them.
 """
 
 from __future__ import annotations
