@@ -188,7 +188,7 @@ def learnt(
         if cap_after_miss is not None and state.get("missed"):
             k = min(k, cap_after_miss)
         if fork_floor is not None and k > fork_floor:
-            shared = agreement(index._history, k)
+            shared = agreement(index._history, k)  # the replay's own index, read directly
             if shared is not None:
                 k = max(min(k, shared), fork_floor)
         return k

@@ -106,7 +106,8 @@ class ClairvoyantLookupDrafter:
 
     What is drafted is prompt-lookup's (decision 2); how many of its tokens is decided knowing
     the continuation, so no rule on whether and how much to draft (the gates' whole lever) can
-    do better with these drafts: the bound on what the gates could make of prompt-lookup."""
+    do better with these drafts, short of evening out a tick's widths across lanes (each lane is
+    cut on its own): the bound on what the gates could make of prompt-lookup."""
 
     strategy = "prompt-lookup, clairvoyant length"
 
