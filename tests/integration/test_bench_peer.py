@@ -27,6 +27,7 @@ from bench.oracle_ceiling import (
     run_round,
 )
 
+from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from tests.fakes import FakeModel, FakeRuntime
 
@@ -96,21 +97,24 @@ def test_the_clairvoyant_length_drafts_only_what_is_accepted():
 
 
 def test_the_clairvoyant_length_is_accepted_whole_and_changes_no_output():
-    runtime = FakeRuntime(FakeModel(eos=False), max_verify_rows=16)
+    # A small vocabulary makes the fake model's replies repeat, so prompt-lookup drafts often;
+    # the prompts' own repeats are not what the model continues, so some drafts are wrong.
+    runtime = FakeRuntime(FakeModel(vocab=12, eos=False), max_verify_rows=16)
     prompts = [[3, 4, 5, 6, 3, 4, 5, 6, 3, 4], [7, 8, 9, 7, 8]]
-    plain = run_round(Executor(runtime, max_lanes=2, clock=time.perf_counter), prompts, 30)
-    clairvoyant = Executor(
-        runtime,
-        max_lanes=2,
-        clock=time.perf_counter,
-        drafter=ClairvoyantLookupDrafter(
-            {tuple(p): o for p, o in zip(prompts, plain.outputs, strict=True)}
-        ),
-        policy=FixedDepth(7),
-    )
-    figures = run_round(clairvoyant, prompts, 30)
-    assert figures.outputs == plain.outputs
-    assert 0 < figures.accepted == figures.proposed
+
+    def executor(drafter=None) -> Executor:
+        policy = FixedDepth(7) if drafter is not None else None
+        return Executor(
+            runtime, max_lanes=2, clock=time.perf_counter, drafter=drafter, policy=policy
+        )
+
+    plain = run_round(executor(), prompts, 30)
+    lookup = run_round(executor(PromptLookupDrafter()), prompts, 30)
+    assert lookup.accepted < lookup.proposed  # uncut, prompt-lookup's drafts miss here
+    known = {tuple(p): o for p, o in zip(prompts, plain.outputs, strict=True)}
+    clairvoyant = run_round(executor(ClairvoyantLookupDrafter(known)), prompts, 30)
+    assert clairvoyant.outputs == plain.outputs
+    assert 0 < clairvoyant.accepted == clairvoyant.proposed
 
 
 # -- the harness ------------------------------------------------------------------------------
