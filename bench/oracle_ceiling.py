@@ -112,12 +112,11 @@ class ClairvoyantLookupDrafter:
     strategy = "prompt-lookup, clairvoyant length"
 
     def __init__(self, continuations: dict[tuple[int, ...], Sequence[int]]) -> None:
-        self._continuations = continuations
+        self._known = OracleDrafter(continuations)
 
     def open(self, prompt: Sequence[int], *, seq: int) -> ClairvoyantLookupState:
         return ClairvoyantLookupState(
-            PromptLookupDrafter().open(prompt, seq=seq),
-            OracleState(self._continuations.get(tuple(prompt), ())),
+            PromptLookupDrafter().open(prompt, seq=seq), self._known.open(prompt, seq=seq)
         )
 
 
@@ -317,28 +316,28 @@ def gate_phase(policy: SpecPolicy, lanes: int) -> str:
 
 def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients: int) -> Cell:
     cell = Cell(workload.name, clients)
-    plain = Executor(runtime, max_lanes=clients, clock=time.perf_counter, reuse_prefixes=False)
-    # auto: one policy for the whole cell, warmed up until its gate at this lane count decides.
-    policy = spec_policy(runtime)
-    auto = Executor(
-        runtime,
-        max_lanes=clients,
-        clock=time.perf_counter,
-        drafter=PromptLookupDrafter(),
-        policy=policy,
-        reuse_prefixes=False,  # the bench repeats prompts; a live server's would differ
-    )
-    # Prompt-lookup's own ceiling: its drafts at one depth everywhere, no gate.
-    lookups = {
-        depth: Executor(
+
+    def executor(drafter=None, policy=None) -> Executor:
+        # No prefix reuse: the bench repeats prompts across systems; a live server's would differ.
+        return Executor(
             runtime,
             max_lanes=clients,
             clock=time.perf_counter,
-            drafter=PromptLookupDrafter(),
-            policy=FixedDepth(depth),
+            drafter=drafter,
+            policy=policy,
             reuse_prefixes=False,
         )
-        for depth in args.lookup_depths
+
+    def known(prompts: list[list[int]], outputs: Sequence[Sequence[int]]) -> dict:
+        return {tuple(p): o for p, o in zip(prompts, outputs, strict=True)}
+
+    plain = executor()
+    # auto: one policy for the whole cell, warmed up until its gate at this lane count decides.
+    policy = spec_policy(runtime)
+    auto = executor(PromptLookupDrafter(), policy)
+    # Prompt-lookup's own ceiling: its drafts at one depth everywhere, no gate.
+    lookups = {
+        depth: executor(PromptLookupDrafter(), FixedDepth(depth)) for depth in args.lookup_depths
     }
     for warm in range(max(args.warmup, args.warmup_max)):
         phase = gate_phase(policy, clients)
@@ -357,16 +356,7 @@ def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients:
             # continuation, so the measured pass drafts the path it decodes.
             continuation = base.outputs
             for attempt in range(args.passes):
-                oracle = Executor(
-                    runtime,
-                    max_lanes=clients,
-                    clock=time.perf_counter,
-                    drafter=OracleDrafter(
-                        {tuple(p): o for p, o in zip(prompts, continuation, strict=True)}
-                    ),
-                    policy=FixedDepth(depth),
-                    reuse_prefixes=False,
-                )
+                oracle = executor(OracleDrafter(known(prompts, continuation)), FixedDepth(depth))
                 figures = run_round(oracle, prompts, args.tokens)
                 if figures.outputs == continuation:
                     break
@@ -376,15 +366,8 @@ def measure_cell(args: argparse.Namespace, runtime, workload: Workload, clients:
         for depth, fixed in lookups.items():
             cell.lookup.setdefault(depth, []).append(run_round(fixed, prompts, args.tokens))
         for depth in args.bound_depths:
-            clairvoyant = Executor(
-                runtime,
-                max_lanes=clients,
-                clock=time.perf_counter,
-                drafter=ClairvoyantLookupDrafter(
-                    {tuple(p): o for p, o in zip(prompts, base.outputs, strict=True)}
-                ),
-                policy=FixedDepth(depth),
-                reuse_prefixes=False,
+            clairvoyant = executor(
+                ClairvoyantLookupDrafter(known(prompts, base.outputs)), FixedDepth(depth)
             )
             cell.bound.setdefault(depth, []).append(run_round(clairvoyant, prompts, args.tokens))
         cell.auto.append(run_round(auto, prompts, args.tokens))
