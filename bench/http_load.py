@@ -440,13 +440,21 @@ class TickTime:
     tokens: int
 
 
+#: The counters `tick_times` reads, in TickTime's order.
+TICK_SERIES = (
+    "superfluid_ticks_total",
+    "superfluid_tick_seconds_total",
+    "superfluid_tick_tokens_total",
+)
+
+
 def tick_times(before: Samples, after: Samples) -> tuple[TickTime, ...]:
     """Every (lanes, kind) that ticked between the two scrapes, by lanes then kind."""
     times = []
     for name, labels in after:
-        named = dict(labels)
         if name != "superfluid_ticks_total":
             continue
+        named = dict(labels)
         ticks, seconds, tokens = (
             value(after, series, **named) - value(before, series, **named) for series in TICK_SERIES
         )
@@ -455,14 +463,6 @@ def tick_times(before: Samples, after: Samples) -> tuple[TickTime, ...]:
                 TickTime(int(named["lanes"]), named["kind"], round(ticks), seconds, round(tokens))
             )
     return tuple(sorted(times, key=lambda t: (t.lanes, t.kind)))
-
-
-#: The counters `tick_times` reads, in TickTime's order.
-TICK_SERIES = (
-    "superfluid_ticks_total",
-    "superfluid_tick_seconds_total",
-    "superfluid_tick_tokens_total",
-)
 
 
 @dataclass(frozen=True, slots=True)
