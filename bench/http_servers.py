@@ -9,6 +9,7 @@ results, so a server that fails to start can be read about.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from superfluid.adapters.llamacpp.gguf_layout import UnreadableHeader, read_layout
 
 SUPERFLUID = Path(sys.executable).parent / "superfluid"
 
@@ -70,10 +73,23 @@ def superfluid_spec(
     return ServerSpec(system, argv, model.name)
 
 
+@functools.cache
+def has_chat_template(model: Path) -> bool:
+    """Whether the GGUF carries `tokenizer.chat_template` (read from its header alone); a file
+    that cannot be read has none here, and the server started on it says why it fails."""
+    try:
+        with model.open("rb") as f:
+            return b"tokenizer.chat_template" in read_layout(f).keys
+    except (OSError, UnreadableHeader):
+        return False
+
+
 def llamacpp_python_spec(model: Path, *, ctx_size: int, threads: int) -> ServerSpec:
     """llama-cpp-python's own server with its defaults, but for threads, the context size and
-    the chat format: the demo GGUF carries no chat template, and without `--chat_format gemma`
-    the server falls back to a Llama-2 prompt that the model answers with an immediate stop."""
+    the chat format: a GGUF with a chat template is rendered by it; the demo GGUF carries none,
+    and without `--chat_format gemma` the server falls back to a Llama-2 prompt that the model
+    answers with an immediate stop."""
+    chat_format = () if has_chat_template(model) else ("--chat_format", "gemma")
     argv = (
         sys.executable,
         "-m",
@@ -86,8 +102,7 @@ def llamacpp_python_spec(model: Path, *, ctx_size: int, threads: int) -> ServerS
         str(threads),
         "--n_threads_batch",
         str(threads),
-        "--chat_format",
-        "gemma",
+        *chat_format,
         "--verbose",
         "False",
         "--host",
@@ -164,9 +179,10 @@ def llama_server_spec(
     system: str, binary: Path, model: Path, *, slots: int, ctx_size: int, threads: int
 ) -> ServerSpec:
     """llama.cpp's `llama-server` in configuration `system` with `slots` parallel slots of
-    `ctx_size` tokens each (it splits `--ctx-size` evenly between slots). The demo GGUF carries
-    no chat template: `--no-jinja --chat-template gemma` is llama.cpp's built-in Gemma turn
-    format, which renders the prompt superfluid renders (the same prompt token counts)."""
+    `ctx_size` tokens each (it splits `--ctx-size` evenly between slots). A GGUF with a chat
+    template is rendered by it (`--jinja`), as superfluid renders it; the demo GGUF carries none,
+    and `--no-jinja --chat-template gemma` is llama.cpp's built-in Gemma turn format, which
+    renders the prompt superfluid renders (the same prompt token counts)."""
     argv = (
         str(binary),
         "--model",
@@ -181,9 +197,7 @@ def llama_server_spec(
         str(threads),
         "--threads-batch",
         str(threads),
-        "--no-jinja",
-        "--chat-template",
-        "gemma",
+        *(("--jinja",) if has_chat_template(model) else ("--no-jinja", "--chat-template", "gemma")),
         "--host",
         "127.0.0.1",
         "--port",

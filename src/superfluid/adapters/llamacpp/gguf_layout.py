@@ -79,6 +79,8 @@ class Layout:
     tensors: tuple[TensorInfo, ...]
     #: Where the tensor data begins, in the file.
     data_start: int
+    #: The metadata's keys (`tokenizer.chat_template`, ...).
+    keys: frozenset[bytes] = frozenset()
 
     def header(self) -> bytes:
         """The header bytes this layout stands for, padded to where its data begins."""
@@ -145,8 +147,10 @@ def read_layout(f: IO[bytes]) -> Layout:
     n_tensors, kv_count = r.u64(), r.u64()
     start = f.tell()
     alignment = DEFAULT_ALIGNMENT
+    keys = []
     for _ in range(kv_count):
         key, kind = r.string(), r.u32()
+        keys.append(key)
         if key == b"general.alignment" and kind == _UINT32:
             alignment = r.u32()
         else:
@@ -161,5 +165,11 @@ def read_layout(f: IO[bytes]) -> Layout:
         kind, offset = r.u32(), r.u64()
         tensors.append(TensorInfo(name, dims, kind, offset))
     return Layout(
-        version, kv_count, metadata, alignment, tuple(tensors), aligned(f.tell(), alignment)
+        version,
+        kv_count,
+        metadata,
+        alignment,
+        tuple(tensors),
+        aligned(f.tell(), alignment),
+        frozenset(keys),
     )
