@@ -31,11 +31,12 @@ import numpy as np
 
 from superfluid.adapters.llamacpp import LlamaCppRuntime, demo_model_path
 from superfluid.adapters.llamacpp.kernels import (
-    BATCH_INVARIANT,
     BF16_BATCH_INVARIANT,
     LLAMACPP_DEFAULT,
     Kernels,
+    served_kernels,
 )
+from superfluid.adapters.llamacpp.native import llama
 from superfluid.application.ports import Feed, Logits
 
 PROMPT = (
@@ -51,19 +52,28 @@ OTHER_LANES = 7
 # Past 512 KV cells a one-token decode on several threads takes llama.cpp's split-KV path.
 LONG = 700
 
-CANDIDATES: dict[str, Kernels] = {
-    "served (batch-invariant)": BATCH_INVARIANT,
-    "BF16 KV cache (unpatched llama.cpp)": BF16_BATCH_INVARIANT,
-    "F16 KV cache, stock attention": dataclasses.replace(BATCH_INVARIANT, tiled_attention=False),
-    "tiled K-quant, stock row order": dataclasses.replace(BATCH_INVARIANT, tiled_row_order=False),
-    "K-quants untiled": BATCH_INVARIANT.without_tiled_kquants(),
-    "weights not repacked": BATCH_INVARIANT.without_repacking(),
-    "stock repacked kernels (gemv below 4 rows)": dataclasses.replace(
-        BATCH_INVARIANT, repacked_gemm=False
-    ),
-    "one unified KV cache": dataclasses.replace(BATCH_INVARIANT, stream_per_sequence=False),
-    "llama.cpp defaults": LLAMACPP_DEFAULT,
-}
+def candidates() -> dict[str, Kernels]:
+    """The served kernels of this build (`served_kernels`), each one knob away from them, and
+    llama.cpp's defaults. A knob the build cannot turn (the tiled kernel's row order off
+    AVX2-without-VNNI builds) leaves its candidates out."""
+    served = served_kernels(llama())
+    found = {
+        "served (batch-invariant)": served,
+        "BF16 KV cache (unpatched llama.cpp)": BF16_BATCH_INVARIANT,
+        "F16 KV cache, stock attention": dataclasses.replace(served, tiled_attention=False),
+        "K-quants untiled": served.without_tiled_kquants(),
+        "weights not repacked": served.without_repacking(),
+        "stock repacked kernels (gemv below 4 rows)": dataclasses.replace(
+            served, repacked_gemm=False
+        ),
+        "one unified KV cache": dataclasses.replace(served, stream_per_sequence=False),
+        "llama.cpp defaults": LLAMACPP_DEFAULT,
+    }
+    if served.tiled_row_order:
+        found["tiled K-quant, stock row order"] = dataclasses.replace(
+            served, tiled_row_order=False
+        )
+    return found
 
 
 def one_at_a_time(rt: LlamaCppRuntime, seq: int, held: int, tokens: list[int]) -> Logits:
@@ -121,7 +131,7 @@ def check(rt: LlamaCppRuntime, prompt: list[int], tokens: list[int]) -> dict[str
 
 
 def run_candidate(name: str, model: Path, threads: int | None) -> None:
-    kernels = CANDIDATES[name]
+    kernels = candidates()[name]
     with LlamaCppRuntime.load(
         model, ctx_size=1024, max_sequences=OTHER_LANES + 1, n_threads=threads, kernels=kernels
     ) as rt:
@@ -158,7 +168,7 @@ def main() -> None:
     print(f"model: {model.name}; contexts of {len(PROMPT.split())} words and {LONG} tokens\n")
     print("| configuration | context | rows differ at N | prefill | lanes differ | after a cut |")
     print("|---|---|---|---|---|---|")
-    for name in CANDIDATES:
+    for name in candidates():
         command = [sys.executable, "-m", "bench.llamacpp_bitexact", "--candidate", name]
         command += ["--model", str(model)]
         if args.threads:
