@@ -52,6 +52,7 @@ OTHER_LANES = 7
 # Past 512 KV cells a one-token decode on several threads takes llama.cpp's split-KV path.
 LONG = 700
 
+
 def candidates() -> dict[str, Kernels]:
     """The served kernels of this build (`served_kernels`), each one knob away from them, and
     llama.cpp's defaults. A knob the build cannot turn (the tiled kernel's row order off
@@ -70,9 +71,7 @@ def candidates() -> dict[str, Kernels]:
         "llama.cpp defaults": LLAMACPP_DEFAULT,
     }
     if served.tiled_row_order:
-        found["tiled K-quant, stock row order"] = dataclasses.replace(
-            served, tiled_row_order=False
-        )
+        found["tiled K-quant, stock row order"] = dataclasses.replace(served, tiled_row_order=False)
     return found
 
 

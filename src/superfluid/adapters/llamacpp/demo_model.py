@@ -92,4 +92,6 @@ def instruct_model_path() -> Path:
         path = Path(folder) / INSTRUCT_MODEL_FILE
         if path.is_file():
             return path
-    raise DemoModelMissing(f"the instruct model is not installed; install it with {INSTRUCT_INSTALL}")
+    raise DemoModelMissing(
+        f"the instruct model is not installed; install it with {INSTRUCT_INSTALL}"
+    )
