@@ -292,7 +292,7 @@ def raw_round(loop: RawLoop, workload: Workload, run: int, max_tokens: int) -> R
     """One greedy request through the raw loop on the prompt a server's one client is sent in
     round `run`, as a one-reply round."""
     variant = workload.variant(0, run)
-    result = loop.generate(loop.tokenize(workload.raw_prompt(variant)), max_tokens)
+    result = loop.generate(loop.tokenize(workload.raw_prompt(variant, loop.chat_turn)), max_tokens)
     prefill = result.seconds - result.decode_seconds  # prompt and the first token
     decoded = result.tokens - 1
     reply = Reply(
@@ -310,7 +310,7 @@ def raw_round(loop: RawLoop, workload: Workload, run: int, max_tokens: int) -> R
 def raw_loop_for(args: argparse.Namespace, model: Path, workload: Workload) -> RawLoop:
     """The raw loop, loaded and past its one-time allocations."""
     loop = RawLoop(model, ctx_size=args.ctx_size, threads=args.threads)
-    loop.generate(loop.tokenize(workload.raw_prompt(workload.variant(0, 0))), 8)
+    loop.generate(loop.tokenize(workload.raw_prompt(workload.variant(0, 0), loop.chat_turn)), 8)
     return loop
 
 

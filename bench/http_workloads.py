@@ -39,6 +39,14 @@ from pathlib import Path
 
 GEMMA_TURN = "<start_of_turn>user\n{content}<end_of_turn>\n<start_of_turn>model\n"
 
+#: A user message -> the prompt text a server renders for it (a model's chat template).
+ChatTurn = Callable[[str], str]
+
+
+def gemma_turn(text: str) -> str:
+    return GEMMA_TURN.format(content=text)
+
+
 INTERVALS = '''def merge_intervals(intervals):
     """Merge overlapping closed intervals and return them sorted by start."""
     if not intervals:
@@ -354,10 +362,13 @@ class Workload:
             return self.fresh.variant(run, client)
         return self.variants[(client + run) % len(self.variants)]
 
-    def raw_prompt(self, variant: Variant) -> str:
-        """The text a server feeds the model (Gemma's chat turn for chat workloads); the raw
-        loop tokenizes this with the BOS token, as both servers do."""
-        return GEMMA_TURN.format(content=variant.text) if self.chat else variant.text
+    def raw_prompt(self, variant: Variant, chat_turn: ChatTurn | None = None) -> str:
+        """The text a server feeds the model: for chat workloads the user turn as `chat_turn`
+        renders it (the model's own template; Gemma's turn, the demo model's, by default). The
+        raw loop tokenizes this with the BOS token, as both servers do."""
+        if not self.chat:
+            return variant.text
+        return (chat_turn or gemma_turn)(variant.text)
 
 
 COPY_HEAVY_REPEATED = Workload(

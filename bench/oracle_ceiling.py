@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.oracle_ceiling [--quick] [--model PATH] [--out DIR] ...
 
 In-process, like bench/executor_speed.py, on the HTTP bench's fresh copy-heavy, long-prompt and
-open-ended prompts (the Gemma chat turn for chat workloads, the bare text for open-ended; the
+open-ended prompts (the model's own chat turn for chat workloads, the bare text for open-ended; the
 (run, client) pairs are handed prompts in the order first asked, as over HTTP, and plain, the
 oracle and auto decode the same ones). Per workload and client count, greedy:
 
@@ -288,9 +288,17 @@ class Cell:
         return max(self.bound, key=lambda d: self.decode(self.bound[d]))
 
 
+def user_turn(runtime, text: str) -> str:
+    """One user message in the model's own chat template, as the server renders it."""
+    return runtime.chat_prompt([{"role": "user", "content": text}])
+
+
 def prompts_for(runtime, workload: Workload, clients: int, run: int) -> list[list[int]]:
     return [
-        runtime.tokenize(workload.raw_prompt(workload.variant(i, run)), add_special=True)
+        runtime.tokenize(
+            workload.raw_prompt(workload.variant(i, run), lambda text: user_turn(runtime, text)),
+            add_special=True,
+        )
         for i in range(clients)
     ]
 

@@ -17,6 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from superfluid.adapters.llamacpp.chat_template import gguf_chat_template
+from superfluid.adapters.llamacpp.vocab import Vocabulary
+
 
 @dataclass(frozen=True, slots=True)
 class LoopRun:
@@ -63,6 +66,12 @@ class RawLoop:
         self._vocab = lib.llama_model_get_vocab(self._model)
         self._n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
         self._mem = lib.llama_get_memory(self._ctx)
+        self._chat = gguf_chat_template(lib, self._model, Vocabulary(lib, self._model))
+
+    def chat_turn(self, text: str) -> str:
+        """One user message in the model's own chat template, as superfluid renders it (the
+        demo GGUF has none: Gemma's turn, which both servers render for it too)."""
+        return self._chat([{"role": "user", "content": text}])
 
     def tokenize(self, text: str) -> list[int]:
         """With BOS, special tokens parsed (`<start_of_turn>`), as the servers tokenize."""

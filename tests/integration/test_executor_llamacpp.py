@@ -260,3 +260,27 @@ def test_a_reused_prefix_changes_no_token_on_the_real_model(long_runtime, params
     assert again == fresh
     if params.is_greedy:
         assert plain == fresh
+
+
+@pytest.fixture(scope="module")
+def instruct_runtime(instruct_gguf):
+    from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
+
+    with LlamaCppRuntime.load(instruct_gguf, ctx_size=2048, max_sequences=4) as loaded:
+        yield loaded
+
+
+def test_on_the_instruct_model_speculation_and_load_change_no_token(instruct_runtime):
+    # SmolLM2: 3 K/V heads for 9 query heads, head size 64, Q4_1 weights, a tied Q8_0 head. The
+    # long prompts pass several 256-cell KV segments, so plain one-row steps split them over the
+    # threads while verify steps and prefill fold them in their own loops.
+    prompts = [COPY_PROMPT, long_conversation(8), long_conversation(9), OPEN_PROMPTS[0]]
+    sizes = [len(instruct_runtime.tokenize(p, add_special=True)) for p in prompts]
+    assert max(sizes) > 1000, sizes
+    plain = plain_reference(instruct_runtime, prompts, 48)
+    together, _, widest = generate(instruct_runtime, prompts, speculate=False, max_tokens=48)
+    spec, lasts, _ = generate(instruct_runtime, prompts, speculate=True, max_tokens=48, depth=15)
+    assert widest == 4
+    assert together == plain
+    assert spec == plain
+    assert sum(last.spec.accepted for last in lasts) > 0

@@ -8,6 +8,9 @@ leading BOS text is stripped there rather than doubled here; built-ins never wri
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import Any
+
 from superfluid.adapters.chat_templates import (
     BUILTIN,
     ChatTemplate,
@@ -19,6 +22,20 @@ from superfluid.adapters.chat_templates import (
     select_chat_template,
     template_file,
 )
+from superfluid.adapters.llamacpp.native import c_string, model_meta
+from superfluid.adapters.llamacpp.vocab import Vocabulary
+
+
+def gguf_chat_template(lib: ModuleType, model: Any, vocab: Vocabulary) -> ChatTemplate:
+    """The chat template a loaded GGUF model is served with (`select_chat_template`)."""
+    return select_chat_template(
+        model_meta(lib, model, "general.architecture") or "unknown",
+        c_string(lib.llama_model_chat_template(model, None)),
+        bos_token=vocab.token_text(vocab.bos) if vocab.bos >= 0 else "",
+        eos_token=vocab.token_text(vocab.eos) if vocab.eos >= 0 else "",
+        adds_bos=vocab.adds_bos,
+    )
+
 
 __all__ = [
     "BUILTIN",
@@ -26,6 +43,7 @@ __all__ = [
     "ChatTemplateError",
     "Messages",
     "gemma_turns",
+    "gguf_chat_template",
     "jinja_template",
     "plain_turns",
     "select_chat_template",

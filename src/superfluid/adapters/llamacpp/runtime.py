@@ -37,7 +37,7 @@ from superfluid.adapters.closing import ClosedOnExit
 from superfluid.adapters.llamacpp.batch import PackedBatch
 from superfluid.adapters.llamacpp.chat_template import (
     ChatTemplate,
-    select_chat_template,
+    gguf_chat_template,
     template_file,
 )
 from superfluid.adapters.llamacpp.kernels import (
@@ -46,7 +46,7 @@ from superfluid.adapters.llamacpp.kernels import (
     apply_process_switches,
     served_kernels,
 )
-from superfluid.adapters.llamacpp.native import c_string, llama, model_meta
+from superfluid.adapters.llamacpp.native import llama, model_meta
 from superfluid.adapters.llamacpp.vocab import Vocabulary
 from superfluid.adapters.llamacpp.widened_weights import widened_copy, widening_pays
 from superfluid.adapters.sequences import SequenceTable
@@ -145,13 +145,7 @@ class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
         # Tokens per llama_decode: a step longer than this runs as several decodes, in order.
         self.tokens_per_decode = n_batch
         self._sequences = SequenceTable(max_sequences, ctx_size)
-        self.chat_template: ChatTemplate = select_chat_template(
-            self.architecture,
-            c_string(lib.llama_model_chat_template(model, None)),
-            bos_token=self.vocab.token_text(self.vocab.bos) if self.vocab.bos >= 0 else "",
-            eos_token=self.vocab.token_text(self.vocab.eos) if self.vocab.eos >= 0 else "",
-            adds_bos=self.vocab.adds_bos,
-        )
+        self.chat_template: ChatTemplate = gguf_chat_template(lib, model, self.vocab)
         self._capabilities = self._describe(swa_full)
 
     def metadata(self, key: str) -> str | None:
