@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -16,37 +18,35 @@ def model_cache() -> Path:
     return Path(base) / "superfluid"
 
 
-@pytest.fixture(scope="session")
-def demo_gguf() -> Path:
-    """The demo GGUF; outside CI a missing extra skips, in CI it fails (nothing may hide)."""
+def _real_model(locate: Callable[[ModuleType], Path], extras: str) -> Path:
+    """The GGUF `locate` finds with the `demo_model` module; outside CI a missing extra skips,
+    in CI it fails (nothing may hide)."""
     try:
         importlib.import_module("llama_cpp")
-        from superfluid.adapters.llamacpp.demo_model import DemoModelMissing, demo_model_path
+        from superfluid.adapters.llamacpp import demo_model
     except ImportError as exc:
         if os.environ.get("CI"):
             raise
-        pytest.skip(f"needs the llamacpp and demo extras (scripts/install.sh): {exc}")
+        pytest.skip(f"needs the {extras} (scripts/install.sh): {exc}")
     try:
-        return demo_model_path(model_cache())
-    except DemoModelMissing as exc:
+        return locate(demo_model)
+    except demo_model.DemoModelMissing as exc:
         if os.environ.get("CI"):
             raise
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def demo_gguf() -> Path:
+    """The demo GGUF (Gemma 3 270M)."""
+    return _real_model(
+        lambda found: found.demo_model_path(model_cache()), "llamacpp and demo extras"
+    )
 
 
 @pytest.fixture(scope="session")
 def instruct_gguf() -> Path:
-    """The instruct GGUF; outside CI a missing package skips, in CI it fails."""
-    try:
-        importlib.import_module("llama_cpp")
-        from superfluid.adapters.llamacpp.demo_model import DemoModelMissing, instruct_model_path
-    except ImportError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"needs the llamacpp extra (scripts/install.sh): {exc}")
-    try:
-        return instruct_model_path()
-    except DemoModelMissing as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(exc))
+    """The instruct GGUF (SmolLM2-135M-Instruct)."""
+    return _real_model(
+        lambda found: found.instruct_model_path(), "llamacpp extra and the instruct model"
+    )

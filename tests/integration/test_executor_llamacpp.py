@@ -147,14 +147,21 @@ def test_on_long_contexts_speculation_and_load_change_no_token(long_runtime):
     sizes = [len(long_runtime.tokenize(p, add_special=True)) for p in prompts]
     assert min(sizes) > 1500, sizes
     assert max(sizes) + 48 < 2048, sizes
-    plain = plain_reference(long_runtime, prompts, 48)
+    plain = assert_load_and_speculation_change_no_token(long_runtime, prompts)
     assert all(len(out) == 48 for out in plain)
-    together, _, widest = generate(long_runtime, prompts, speculate=False, max_tokens=48)
-    spec, lasts, _ = generate(long_runtime, prompts, speculate=True, max_tokens=48, depth=15)
+
+
+def assert_load_and_speculation_change_no_token(runtime, prompts):
+    """Four lanes at once, plainly and with depth-15 drafts, decode each prompt's plain greedy
+    continuation alone (returned), and some drafts are accepted."""
+    plain = plain_reference(runtime, prompts, 48)
+    together, _, widest = generate(runtime, prompts, speculate=False, max_tokens=48)
+    spec, lasts, _ = generate(runtime, prompts, speculate=True, max_tokens=48, depth=15)
     assert widest == 4
     assert together == plain
     assert spec == plain
     assert sum(last.spec.accepted for last in lasts) > 0
+    return plain
 
 
 def test_with_the_default_gates_greedy_output_is_plain_greedy(long_runtime):
@@ -277,10 +284,4 @@ def test_on_the_instruct_model_speculation_and_load_change_no_token(instruct_run
     prompts = [COPY_PROMPT, long_conversation(8), long_conversation(9), OPEN_PROMPTS[0]]
     sizes = [len(instruct_runtime.tokenize(p, add_special=True)) for p in prompts]
     assert max(sizes) > 1000, sizes
-    plain = plain_reference(instruct_runtime, prompts, 48)
-    together, _, widest = generate(instruct_runtime, prompts, speculate=False, max_tokens=48)
-    spec, lasts, _ = generate(instruct_runtime, prompts, speculate=True, max_tokens=48, depth=15)
-    assert widest == 4
-    assert together == plain
-    assert spec == plain
-    assert sum(last.spec.accepted for last in lasts) > 0
+    assert_load_and_speculation_change_no_token(instruct_runtime, prompts)
