@@ -26,6 +26,7 @@ from bench.oracle_ceiling import (
     lookup_table,
     run_round,
 )
+from bench.raw_loop import RawLoop
 
 from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
@@ -249,3 +250,31 @@ def test_llama_server_sees_the_prompt_superfluid_renders_and_streams_counts(
     assert reply.ttft is not None and reply.decode_tokens is not None
     assert round_.decode_tokens is not None and round_.decode_tokens > 0
     assert reply.proposed >= reply.accepted >= 0
+
+
+@pytest.mark.slow
+def test_the_peers_and_the_raw_loop_render_the_model_s_own_chat_template(
+    demo_gguf: Path, instruct_gguf: Path
+):
+    # SmolLM2 carries a ChatML template, which llama-server renders with --jinja; the demo GGUF
+    # carries none, and Gemma's built-in turn is what superfluid renders for it.
+    def argv(model: Path) -> list[str]:
+        spec = llama_server_spec(
+            "llama-server", Path("llama-server"), model, slots=1, ctx_size=512, threads=2
+        )
+        return spec.command(8000)
+
+    assert "--jinja" in argv(instruct_gguf)
+    assert "--no-jinja" not in argv(instruct_gguf)
+    demo = argv(demo_gguf)
+    assert demo[demo.index("--chat-template") + 1] == "gemma"
+    for model, expected in (
+        (demo_gguf, "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"),
+        (instruct_gguf, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
+    ):
+        loop = RawLoop(model, ctx_size=256, threads=1)
+        try:
+            turn = loop.chat_turn("Hi")
+        finally:
+            loop.close()
+        assert turn.endswith(expected), turn
