@@ -35,7 +35,12 @@ class _Native:
         offset_supported: bool = True,
         prefetch: bool | None = None,
         prefetch_supported: bool = True,
+        one_row: bool | None = None,
+        one_row_supported: bool = True,
     ) -> None:
+        if one_row is not None:
+            self.ggml_cpu_sgemm_one_row_enabled = lambda: int(one_row and one_row_supported)
+            self.ggml_cpu_sgemm_one_row_supported = lambda: int(one_row_supported)
         if attention is not None:
             self.ggml_cpu_fa_tiled_enabled = lambda: int(attention)
         if repack is not None:
@@ -60,6 +65,8 @@ def _lib(
     offset_supported: bool = True,
     prefetch: bool | None = None,
     prefetch_supported: bool = True,
+    one_row: bool | None = None,
+    one_row_supported: bool = True,
 ) -> Any:
     """A library; None for a patch it lacks, else how it read that patch's switch. A build
     without the row-order mode (`supported=False`), the offset dot product (not AVX-512 VNNI,
@@ -74,13 +81,22 @@ def _lib(
         offset_supported,
         prefetch,
         prefetch_supported,
+        one_row,
+        one_row_supported,
     )
     return SimpleNamespace(llama_cpp=SimpleNamespace(_lib=native))
 
 
 def _patched(**read: bool) -> Any:
     """A library with every patch, each switch read on unless `read` says otherwise."""
-    every = {"attention": True, "repack": True, "row_order": True, "offset": True, "prefetch": True}
+    every = {
+        "attention": True,
+        "repack": True,
+        "row_order": True,
+        "offset": True,
+        "prefetch": True,
+        "one_row": True,
+    }
     return _lib(**{**every, **read})
 
 
@@ -95,6 +111,7 @@ def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
         kernels.TILED_ROW_ORDER_ENV,
         kernels.Q0_OFFSET_DOT_ENV,
         kernels.Q0_PREFETCH_ENV,
+        kernels.SGEMM_ONE_ROW_ENV,
     ):
         monkeypatch.delenv(env, raising=False)
 
@@ -105,8 +122,18 @@ def test_a_patched_llama_cpp_serves_every_patched_kernel() -> None:
     assert chosen.kv_type == GGML_TYPE_F16 and chosen.tiled_attention
     assert chosen.repack_weights and chosen.repacked_gemm
     assert chosen.tiled_kquants and chosen.tiled_row_order
-    assert chosen.offset_dot and chosen.q0_prefetch
+    assert chosen.offset_dot and chosen.q0_prefetch and chosen.float_one_row
     assert chosen.batch_invariant
+
+
+@pytest.mark.parametrize("library", [{"one_row": None}, {"one_row_supported": False}])
+def test_a_build_without_float_tinyblas_at_one_row_serves_without_it(
+    library: dict[str, Any],
+) -> None:
+    # The kernels stay invariant for quantized weights; float weights are refused per model
+    # (kernel_inventory.inexact).
+    chosen = served_kernels(_patched(**library))
+    assert chosen == replace(BATCH_INVARIANT, float_one_row=False)
 
 
 def test_a_build_without_the_row_order_mode_serves_no_tiled_k_quants() -> None:

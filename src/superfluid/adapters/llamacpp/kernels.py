@@ -69,6 +69,8 @@ TILED_ROW_ORDER_ENV = "GGML_CPU_TILED_ROW_ORDER"
 Q0_OFFSET_DOT_ENV = "GGML_CPU_Q0_OFFSET_DOT"
 #: The process-wide switch superfluid's patch adds: tinyBLAS's Q0 tiles prefetch the next rows.
 Q0_PREFETCH_ENV = "GGML_CPU_Q0_PREFETCH"
+#: The process-wide switch superfluid's patch adds: float weights through tinyBLAS at one row too.
+SGEMM_ONE_ROW_ENV = "GGML_CPU_SGEMM_ONE_ROW"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,11 @@ class Kernels:
     #: 2-8 rows about a third cheaper on the benchmarks' machine (needs superfluid's patch and an
     #: AVX2 build; speed only, so `batch_invariant` does not look at it).
     q0_prefetch: bool = False
+    #: F32, F16 and BF16 weights through tinyBLAS at one activation row too, as from two rows
+    #: on (needs superfluid's patch and an x86 build): without it a token's row sums in another
+    #: order alone than beside other rows wherever a model holds float weights (an F16 or BF16
+    #: file, a mixture-of-experts model's F32 router).
+    float_one_row: bool = False
 
     @property
     def batch_invariant(self) -> bool:
@@ -135,6 +142,7 @@ BATCH_INVARIANT = Kernels(
     tiled_row_order=True,
     offset_dot=True,
     q0_prefetch=True,
+    float_one_row=True,
 )
 
 #: Exact on an unpatched llama.cpp too (BF16 stays on one per-row path; stock weight kernels),
@@ -145,6 +153,7 @@ BF16_BATCH_INVARIANT = replace(
     tiled_attention=False,
     offset_dot=False,
     q0_prefetch=False,
+    float_one_row=False,
 )
 
 #: llama.cpp's own defaults, for the benchmarks that compare against them.
@@ -202,6 +211,13 @@ _SWITCHES = (
         "ggml_cpu_q0_prefetch_enabled",
         "ggml_cpu_q0_prefetch_supported",
     ),
+    _Switch(
+        SGEMM_ONE_ROW_ENV,
+        "float_one_row",
+        "tinyBLAS at one row for float weights",
+        "ggml_cpu_sgemm_one_row_enabled",
+        "ggml_cpu_sgemm_one_row_supported",
+    ),
 )
 
 
@@ -250,6 +266,11 @@ def has_q0_prefetch(lib: Any) -> bool:
     return _carries(lib, _switch("q0_prefetch"))
 
 
+def has_float_one_row(lib: Any) -> bool:
+    """Whether the loaded llama.cpp can send one-row products of float weights to tinyBLAS."""
+    return _carries(lib, _switch("float_one_row"))
+
+
 def served_kernels(lib: Any) -> Kernels:
     """What a model is served with: each patch the library carries, exact either way."""
     if not has_tiled_attention(lib):
@@ -273,6 +294,8 @@ def served_kernels(lib: Any) -> Kernels:
         kernels = replace(kernels, offset_dot=False)  # the stock tiles: same values, slower
     if not has_q0_prefetch(lib):
         kernels = replace(kernels, q0_prefetch=False)  # the same values, small steps slower
+    if not has_float_one_row(lib):
+        kernels = replace(kernels, float_one_row=False)  # float weights: see `float_weights_exact`
     return kernels
 
 
