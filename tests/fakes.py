@@ -59,6 +59,7 @@ class FakeRuntime:
         verify_batches: bool = True,
         cut_refusal: str | None = None,
         reuse_refusal: str | None = None,
+        exactness_refusal: str | None = None,
     ) -> None:
         self.model = model or FakeModel()
         self.capabilities = Capabilities(
@@ -66,12 +67,13 @@ class FakeRuntime:
             verify_rows=True,
             verify_batches=verify_batches,
             cut_refusal=cut_refusal,
-            strategies=("prompt-lookup",) if cut_refusal is None else (),
+            strategies=("prompt-lookup",) if cut_refusal is exactness_refusal is None else (),
             max_verify_rows=max_verify_rows,
             context_size=context_size,
             eos_tokens=frozenset({EOS}),
             max_sequences=max_sequences,
-            reuse_refusal=reuse_refusal,
+            reuse_refusal=reuse_refusal or exactness_refusal,
+            exactness_refusal=exactness_refusal,
         )
         self.kv: dict[int, list[int]] = {}
         self.steps: list[list[Feed]] = []

@@ -55,6 +55,29 @@ def test_auto_on_a_model_that_cannot_cut_decodes_plainly_and_says_why():
     )
 
 
+INEXACT = "its F16 weights sum in another order alone than beside other rows"
+
+
+def test_auto_on_a_model_whose_rows_depend_on_their_batch_decodes_plainly_and_says_why():
+    refused = FakeRuntime(exactness_refusal=INEXACT).capabilities
+    reg = register_prompt_lookup_runtime(directive("auto"), refused, "m.gguf")
+    assert not reg.speculates
+    assert reg.log == (
+        f"speculation: auto: m.gguf decodes plainly: speculation would change its greedy output ({INEXACT})",
+    )
+
+
+def test_explicit_prompt_lookup_on_such_a_model_is_refused_and_off_is_served():
+    refused = FakeRuntime(exactness_refusal=INEXACT).capabilities
+    with pytest.raises(DirectiveError) as err:
+        register_prompt_lookup_runtime(directive("prompt-lookup"), refused, "m.gguf")
+    assert err.value.message == (
+        "--speculate prompt-lookup: speculation would change this model's greedy output"
+        f" ({INEXACT}); serve it with --speculate off or auto"
+    )
+    assert not register_prompt_lookup_runtime(directive("off"), refused, "m.gguf").speculates
+
+
 def test_off_decodes_plainly_and_names_the_model_when_there_are_several():
     reg = register_prompt_lookup_runtime(directive("off"), caps(), "m.gguf", name_model=True)
     assert not reg.speculates

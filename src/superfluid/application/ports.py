@@ -58,6 +58,10 @@ class Capabilities:
     #: token's KV is then the same whether it was prefilled, verified or decoded alone.
     #: Otherwise why not, phrased to follow "prefix reuse is off: ".
     reuse_refusal: str | None = None
+    #: None when a token's logits row is the same in any batch (alone, in a verify step, in a
+    #: prefill chunk, beside other lanes), so speculation cannot change greedy output; otherwise
+    #: why not, and the runtime registers no strategy: the model is served plainly.
+    exactness_refusal: str | None = None
 
     @property
     def truncate_partial(self) -> bool:

@@ -31,6 +31,22 @@ def auto_cannot_cut(model: str, runtime: str, why: str) -> str:
     )
 
 
+def auto_inexact(model: str, why: str) -> str:
+    """Speculation refused where it could change greedy output; `why` is the runtime's words."""
+    return (
+        f"speculation: auto: {model} decodes plainly: speculation would change its greedy"
+        f" output ({why})"
+    )
+
+
+def prompt_lookup_inexact(why: str) -> str:
+    """The refusal of an explicit prompt-lookup on a model whose rows depend on their batch."""
+    return (
+        "--speculate prompt-lookup: speculation would change this model's greedy output"
+        f" ({why}); serve it with --speculate off or auto"
+    )
+
+
 def prompt_lookup_cannot_cut(why: str) -> str:
     """The refusal of an explicit prompt-lookup; `why` is the runtime's own words."""
     return (

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from superfluid.adapters.llamacpp.sampling_defaults import gguf_sampling_defaults
 from superfluid.adapters.runtime_record import Found, RuntimeRecord
 from superfluid.application.ports import ModelFile, Runtime, RuntimeLoader
+
+log = logging.getLogger("superfluid")
 
 
 def _recognises(path: Path, magic: bytes | None) -> bool:
@@ -20,9 +23,13 @@ def _load(
 ) -> Runtime:
     from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 
-    return LlamaCppRuntime.load(
+    runtime = LlamaCppRuntime.load(
         path, ctx_size=ctx_size, max_sequences=max_lanes, weights_cache=weights_cache
     )
+    # Every model says what it runs on: exactness is the product, so it is never silent.
+    for line in runtime.kernel_lines():
+        log.info(line)
+    return runtime
 
 
 def _load_keeping_copies(weights_cache: Path) -> RuntimeLoader:

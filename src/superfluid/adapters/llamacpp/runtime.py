@@ -40,6 +40,14 @@ from superfluid.adapters.llamacpp.chat_template import (
     gguf_chat_template,
     template_file,
 )
+from superfluid.adapters.llamacpp.gguf_layout import UnreadableHeader, read_layout
+from superfluid.adapters.llamacpp.kernel_inventory import (
+    Build,
+    Inventory,
+    fallback_line,
+    inventory,
+    startup_line,
+)
 from superfluid.adapters.llamacpp.kernels import (
     KernelConflict,
     Kernels,
@@ -103,6 +111,15 @@ class ModelLoadError(SuperfluidError):
     """A GGUF file that llama.cpp cannot load."""
 
 
+def _inventory(weights: Path, kernels: Kernels, build: Build) -> Inventory | None:
+    """The kernel inventory of the file llama.cpp loaded (its header read again here)."""
+    try:
+        with weights.open("rb") as handle:
+            return inventory(read_layout(handle), kernels, build)
+    except (OSError, UnreadableHeader):
+        return None
+
+
 def _default_threads() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -146,6 +163,8 @@ class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
         self.tokens_per_decode = n_batch
         self._sequences = SequenceTable(max_sequences, ctx_size)
         self.chat_template: ChatTemplate = gguf_chat_template(lib, model, self.vocab)
+        #: The kernel each weight runs on; None when the header cannot be read here.
+        self.inventory = _inventory(self.weights_path, kernels, Build.of(lib))
         self._capabilities = self._describe(swa_full)
 
     def metadata(self, key: str) -> str | None:
@@ -233,20 +252,36 @@ class LlamaCppRuntime(TemplatedChat, ClosedOnExit):
 
     def _describe(self, swa_full: bool) -> Capabilities:
         refusal = self._cut_refusal(swa_full)
+        inexact = self.inventory.refusal if self.inventory is not None else None
         return Capabilities(
             runtime="llamacpp",
             verify_rows=True,
             verify_batches=True,
             cut_refusal=refusal,
-            strategies=(Strategy.PROMPT_LOOKUP,) if refusal is None else (),
+            strategies=(Strategy.PROMPT_LOOKUP,) if refusal is None and inexact is None else (),
             max_verify_rows=MAX_VERIFY_ROWS,
             context_size=self._ctx_size,
             eos_tokens=self.vocab.eos_tokens,
             max_sequences=self._max_sequences,
-            reuse_refusal=None
-            if self.kernels.batch_invariant
-            else "these kernels compute a token's KV differently in a batch and alone",
+            reuse_refusal=inexact
+            or (
+                None
+                if self.kernels.batch_invariant
+                else "these kernels compute a token's KV differently in a batch and alone"
+            ),
+            exactness_refusal=inexact,
         )
+
+    def kernel_lines(self) -> list[str]:
+        """What the startup log says about this model's kernels: one line, and one more naming
+        the types served on a slower exact fallback."""
+        if self.inventory is None:
+            return []
+        lines = [f"{self.path.name} {startup_line(self.inventory, self.kernels)}"]
+        fallback = fallback_line(self.inventory)
+        if fallback is not None:
+            lines.append(f"{self.path.name}: {fallback}")
+        return lines
 
     def _cut_refusal(self, swa_full: bool) -> str | None:
         lib, model = self._lib, self._model
