@@ -6,13 +6,19 @@ step, inside a 512-token prefill, or packed with other lanes' tokens. On this ll
 row changes with its batch wherever a kernel is picked by batch shape (ADR 0008 has the
 measurements, `bench/llamacpp_bitexact.py` reproduces them):
 
-- **Tiled K-quant matmul.** From 8 rows on, K-quant weights that are not repacked (Q6_K on the
-  demo model) go through a tiled kernel that sums in another order than the one-row dot
-  products. superfluid's llama.cpp patch adds `GGML_CPU_TILED_ROW_ORDER=1`, read once per
-  process: Q6_K's dot product below 8 rows sums in the tiled kernel's order (AVX2 builds without
-  VNNI), and every other type keeps the dot product at every row count. Where the build has no
-  such mode the tiled kernel is switched off (`GGML_CPU_TILED_MM=0`). Forced on for every row
-  count instead (`GGML_CPU_TILED_MM_FORCE=1`) it is exact too, but one-row decoding pays ~12%.
+- **Tiled K-quant matmul.** From 8 rows on, K-quant and IQ weights that are not repacked go
+  through a tiled kernel that sums in another order than the one-row dot products.
+  superfluid's llama.cpp patch adds `GGML_CPU_TILED_ROW_ORDER=1`, read once per process: below
+  8 rows Q2_K..Q6_K and IQ4_XS sum in the tiled kernel's order (x86 with AVX2 and FMA; on AVX-512
+  builds Q2_K and Q4_K are then left unrepacked for it), and the other IQ types keep the dot
+  product at every row count. Where the build has no such mode the tiled kernel is switched off
+  (`GGML_CPU_TILED_MM=0`). Forced on for every row count instead (`GGML_CPU_TILED_MM_FORCE=1`)
+  it is exact too, but one-row decoding pays 2-3x on K-quant weights.
+- **Float and IQ4_NL weights.** tinyBLAS takes F32, F16, BF16 and IQ4_NL weights from 2 rows
+  and the dot product the single row, in another order. superfluid's patch adds
+  `GGML_CPU_SGEMM_ONE_ROW=1`: one-row products of these types take tinyBLAS too. Without it a
+  model holding such weights (an F16 file, a mixture-of-experts model's F32 router) is served
+  plainly (`kernel_inventory`).
 - **Repacked weights.** The CPU "extra" buffer repacks Q4_K weights into interleaved blocks whose
   gemm (groups of 4 activation rows) and gemv (the 1-3 rows left over) sum in different orders.
   superfluid's llama.cpp patch adds `GGML_CPU_REPACK_GEMM=1`, read once per process: Q4_K's
