@@ -13,6 +13,8 @@ from superfluid.adapters.llamacpp.kernel_inventory import (
     DOT_EXPERTS,
     REPACKED,
     REPACKED_EXPERTS,
+    TILED,
+    TILED_EXPERTS,
     TINYBLAS,
     Build,
     fallback_line,
@@ -28,8 +30,13 @@ from superfluid.adapters.llamacpp.kernels import (
 
 AVX512 = Build(avx2=True, avx512=True)
 AVX2 = Build(avx2=True, avx512=False)
-#: The served kernels of an AVX-512 VNNI build: no row-order mode, so no tiled K-quants.
+#: The served kernels of a build without the row-order mode (not x86 with AVX2 and FMA, or no
+#: patch): no tiled K-quants.
 SERVED = BATCH_INVARIANT.without_tiled_kquants()
+#: The served kernels of a patched x86 build: tiled K-quants with the rows below in their order.
+ROW_ORDER = BATCH_INVARIANT
+IQ2_XXS = 16
+IQ4_NL = 20
 
 
 def layout(*tensors: tuple[str, tuple[int, ...], int]) -> Layout:
@@ -68,7 +75,23 @@ def test_norms_and_untied_embeddings_are_no_matmul_weights() -> None:
     assert tied[0].type == "Q8_0" and len(tied) == 5  # the embeddings are the head
 
 
-def test_q4_k_is_repacked_and_q6_k_falls_back_to_the_dot_product_on_avx512() -> None:
+def test_with_the_row_order_k_quants_run_tiled_and_nothing_falls_back() -> None:
+    inv = inventory(dense(g.Q4_K, head=g.Q6_K), ROW_ORDER, AVX512)
+    # AVX-512: the repacked gemm would pad a decode's row into four, so Q4_K is left to tiling.
+    assert inv.by_kernel == {TILED: {"Q4_K": 4, "Q6_K": 1}}
+    assert inv.untiled == () and fallback_line(inv) is None
+    assert inventory(dense(g.Q4_K, head=g.Q6_K), ROW_ORDER, AVX2).by_kernel == {
+        REPACKED: {"Q4_K": 4},
+        TILED: {"Q6_K": 1},
+    }
+
+
+def test_grid_types_without_a_row_order_mode_fall_back_to_the_dot_product() -> None:
+    inv = inventory(dense(IQ2_XXS), ROW_ORDER, AVX512)
+    assert inv.by_kernel[DOT] == {"IQ2_XXS": 4} and inv.untiled == ("IQ2_XXS",)
+
+
+def test_q4_k_is_repacked_and_q6_k_falls_back_to_the_dot_product_without_the_row_order() -> None:
     inv = inventory(dense(g.Q4_K, head=g.Q6_K), SERVED, AVX512)
     assert inv.by_kernel == {REPACKED: {"Q4_K": 4}, DOT: {"Q6_K": 1}}
     assert inv.refusal is None and inv.untiled == ("Q6_K",)
@@ -100,11 +123,12 @@ def test_without_repacking_q4_k_takes_the_tiled_kernel_where_it_is_served() -> N
     assert inv.by_kernel["tiled K-quant matmul"] == {"Q4_K": 4} and not inv.untiled
 
 
-def test_experts_run_one_row_at_a_time_or_repacked() -> None:
+def test_experts_run_tiled_repacked_or_one_row_at_a_time() -> None:
     plain = inventory(moe(g.Q6_K), SERVED, AVX512)
-    assert plain.by_kernel[DOT_EXPERTS] == {"Q6_K": 1}
+    assert plain.by_kernel[DOT_EXPERTS] == {"Q6_K": 1} and plain.untiled == ("Q6_K",)
     assert plain.by_kernel[TINYBLAS] == {"F32": 1}  # the router
     assert inventory(moe(g.Q4_K), SERVED, AVX512).by_kernel[REPACKED_EXPERTS] == {"Q4_K": 1}
+    assert inventory(moe(g.Q6_K), ROW_ORDER, AVX512).by_kernel[TILED_EXPERTS] == {"Q6_K": 1}
 
 
 @pytest.mark.parametrize("kind", [g.F16, g.BF16])
@@ -115,6 +139,16 @@ def test_float_weights_are_exact_with_tinyblas_at_one_row(kind: int) -> None:
 
 def g_name(kind: int) -> str:
     return {g.F16: "F16", g.BF16: "BF16"}[kind]
+
+
+def test_iq4_nl_rows_the_repacked_kernels_do_not_take_run_on_tinyblas() -> None:
+    model = layout(
+        ("output.weight", (256, 100), IQ4_NL), ("blk.0.attn_q.weight", (256, 256), IQ4_NL)
+    )
+    inv = inventory(model, SERVED, AVX512)
+    assert inv.by_kernel == {TINYBLAS: {"IQ4_NL": 1}, REPACKED: {"IQ4_NL": 1}}
+    assert inv.refusal is None
+    assert inventory(model, replace(SERVED, float_one_row=False), AVX512).refusal is not None
 
 
 @pytest.mark.parametrize("model", [dense(g.F16), moe(g.Q4_K)])

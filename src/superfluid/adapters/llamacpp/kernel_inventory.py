@@ -28,14 +28,20 @@ TYPE_NAMES = {
     19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 29: "IQ1_M", 30: "BF16",
     39: "MXFP4",
 }  # fmt: skip
-FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
+#: The types whose one-row dot product sums otherwise than tinyBLAS (2+ rows): exact only with
+#: superfluid's patch that sends their single rows to tinyBLAS too.
+ONE_ROW_TINYBLAS = frozenset({"F32", "F16", "BF16", "IQ4_NL"})
 #: tinyBLAS's quantized tiles (2+ rows) sum as the one-row dot product does, bit for bit.
-Q0_TINYBLAS = frozenset({"Q8_0", "Q5_0", "Q4_0", "IQ4_NL"})
+Q0_TINYBLAS = frozenset({"Q8_0", "Q5_0", "Q4_0"})
 #: The types llama.cpp's tiled K-quant matmul takes from 8 rows (tiled/tiled.cpp).
 TILED_TYPES = frozenset(
     {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS"}
     | {"IQ3_S", "IQ1_S", "IQ1_M"}
 )
+#: The tiled types whose rows below 8 sum in the tiled kernel's order (superfluid's patch).
+ROW_ORDER_TYPES = frozenset({"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"})
+#: Left unrepacked for the tiled kernel on AVX-512 builds in row order (superfluid's patch).
+UNREPACKED_ON_AVX512 = frozenset({"Q2_K", "Q4_K"})
 
 # Kernel names, as the startup line says them.
 REPACKED = "repacked gemm"
@@ -44,6 +50,7 @@ TINYBLAS = "tinyBLAS"
 TILED = "tiled K-quant matmul"
 DOT = "dot product"
 DOT_EXPERTS = "expert dot product"
+TILED_EXPERTS = "tiled experts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +93,12 @@ def weights(layout: Layout) -> list[Weight]:
     return found
 
 
-def _repacked(w: Weight, build: Build) -> bool:
-    """llama.cpp's repack choice on x86 (`ggml_repack_get_optimal_repack_type`)."""
+def _repacked(w: Weight, kernels: Kernels, build: Build) -> bool:
+    """llama.cpp's repack choice on x86 (`ggml_repack_get_optimal_repack_type`), less the
+    K-quants the row-order mode leaves to the tiled kernel on AVX-512 builds."""
     if w.rows % 8:
+        return False
+    if kernels.tiled_row_order and build.avx512 and w.type in UNREPACKED_ON_AVX512:
         return False
     if w.type in ("Q4_0", "Q4_K", "IQ4_NL", "MXFP4"):
         return build.avx2
@@ -98,20 +108,22 @@ def _repacked(w: Weight, build: Build) -> bool:
 def kernel(w: Weight, kernels: Kernels, build: Build) -> str:
     """The kernel `w` runs on under `kernels` (decode and prefill alike: the served kernels
     take one path at every row count)."""
-    if kernels.repack_weights and _repacked(w, build):
+    if kernels.repack_weights and _repacked(w, kernels, build):
         return REPACKED_EXPERTS if w.experts else REPACKED
+    tiled = kernels.tiled_kquants and (
+        w.type in ROW_ORDER_TYPES if kernels.tiled_row_order else w.type in TILED_TYPES
+    )
     if w.experts:
-        return DOT_EXPERTS  # MUL_MAT_ID: one row at a time, whatever the batch
-    if w.type in FLOAT_TYPES or w.type in Q0_TINYBLAS:
+        # MUL_MAT_ID: the tiled kernel per expert from 8 routed rows, else one row at a time
+        return TILED_EXPERTS if tiled else DOT_EXPERTS
+    if w.type in ONE_ROW_TINYBLAS or w.type in Q0_TINYBLAS:
         return TINYBLAS
-    if w.type in TILED_TYPES and kernels.tiled_kquants:
-        return TILED
-    return DOT
+    return TILED if tiled else DOT
 
 
 def inexact(w: Weight, kernels: Kernels) -> str | None:
     """Why `w`'s rows change with their batch under `kernels`, or None when they do not."""
-    if w.type in FLOAT_TYPES and not w.experts and not kernels.float_one_row:
+    if w.type in ONE_ROW_TINYBLAS and not w.experts and not kernels.float_one_row:
         return (
             f"its {w.type} weights sum in another order alone (the dot product) than beside"
             " other rows (tinyBLAS), and this llama.cpp lacks superfluid's patch that sends"
@@ -139,7 +151,7 @@ def inventory(layout: Layout, kernels: Kernels, build: Build) -> Inventory:
         name = kernel(w, kernels, build)
         by_kernel.setdefault(name, Counter())[w.type] += 1
         refusal = refusal or inexact(w, kernels)
-        if name == DOT and w.type in TILED_TYPES:
+        if name in (DOT, DOT_EXPERTS) and w.type in TILED_TYPES:
             untiled.add(w.type)
     return Inventory(by_kernel, refusal, tuple(sorted(untiled)))
 
@@ -147,7 +159,7 @@ def inventory(layout: Layout, kernels: Kernels, build: Build) -> Inventory:
 def startup_line(inv: Inventory, kernels: Kernels) -> str:
     """One line: what the model's matmuls and attention run on."""
     parts = []
-    for name in (REPACKED, TINYBLAS, TILED, DOT, REPACKED_EXPERTS, DOT_EXPERTS):
+    for name in (REPACKED, TINYBLAS, TILED, DOT, REPACKED_EXPERTS, TILED_EXPERTS, DOT_EXPERTS):
         if name in inv.by_kernel:
             counts = inv.by_kernel[name]
             parts.append(f"{name} ({', '.join(f'{n} {t}' for t, n in sorted(counts.items()))})")
@@ -173,6 +185,7 @@ def fallback_line(inv: Inventory) -> str | None:
     types = ", ".join(inv.untiled)
     return (
         f"{types} weights run on the one-row dot product at every row count instead of"
-        " llama.cpp's tiled K-quant matmul (which sums 8+ rows in another order on this build):"
-        " exact, prefill slower (docs/benchmarks/kernels.md has the cost per type)"
+        " llama.cpp's tiled K-quant matmul (whose 8+ rows sum in another order, with no row"
+        " mode in its order on this build): exact, prefill slower"
+        " (docs/benchmarks/kernels.md has the cost per type)"
     )
