@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 #: Bumped whenever the files this writes change, so that stale cached models are not reused.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 N_VOCAB = 512
 N_CTX_TRAIN = 4096
 SEED = 20261206
@@ -56,6 +56,9 @@ class Architecture:
     n_layer: int = 2
     n_expert: int = 0
     n_expert_used: int = 0
+    #: Output rows of the vocabulary head; one that 8 does not divide keeps the head out of
+    #: llama.cpp's repacked kernels.
+    n_vocab: int = N_VOCAB
 
     @property
     def q_width(self) -> int:
@@ -74,6 +77,8 @@ class Architecture:
         )
         if self.n_expert:
             shape += f", {self.n_expert} experts ({self.n_expert_used} per token)"
+        if self.n_vocab % 8:
+            shape += f", a {self.n_vocab}-row vocabulary head"
         return shape
 
 
@@ -84,7 +89,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         Architecture("qwen2", n_embd=384, n_head=6, n_head_kv=2, head_dim=64, n_ff=1024),
         Architecture("qwen3", n_embd=256, n_head=4, n_head_kv=2, head_dim=128, n_ff=512),
         Architecture("gemma3", n_embd=320, n_head=2, n_head_kv=1, head_dim=128, n_ff=640),
-        Architecture("phi3", n_embd=256, n_head=4, n_head_kv=4, head_dim=64, n_ff=512),
+        Architecture("phi3", n_embd=256, n_head=4, n_head_kv=4, head_dim=64, n_ff=512, n_vocab=500),
         Architecture(
             "qwen3moe",
             n_embd=256,
@@ -156,7 +161,7 @@ WEIGHT_TYPES: dict[str, WeightType] = {
 }
 
 
-def _vocabulary() -> tuple[list[str], list[float], list[int]]:
+def _vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
     """A byte-fallback SentencePiece vocabulary: control tokens, the 256 bytes, then pieces."""
     normal, unknown, control, byte = 1, 2, 3, 6
     # Phi-3's vocabulary rules look up "<|endoftext|>" by name.
@@ -174,10 +179,10 @@ def _vocabulary() -> tuple[list[str], list[float], list[int]]:
     pieces = [f"▁{w}" for w in words]
     pieces += [c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,"]
     pieces += [f"▁{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + ["▁"]
-    pieces = list(dict.fromkeys(pieces))[: N_VOCAB - len(tokens)]
+    pieces = list(dict.fromkeys(pieces))[: n_vocab - len(tokens)]
     # Longer pieces score higher, so the tokenizer merges into them first.
     scores = [0.0] * len(tokens) + [float(len(p)) for p in pieces]
-    filler = N_VOCAB - len(tokens) - len(pieces)
+    filler = n_vocab - len(tokens) - len(pieces)
     tokens += pieces + [f"<unused{i}>" for i in range(filler)]
     types += [normal] * len(pieces) + [5] * filler
     scores += [0.0] * filler
@@ -195,11 +200,11 @@ def _tensors(arch: Architecture, rng: np.random.Generator) -> Tensors:
 
     e = arch.n_embd
     out: Tensors = {
-        "token_embd.weight": rng.standard_normal((N_VOCAB, e)).astype(np.float32),
+        "token_embd.weight": rng.standard_normal((arch.n_vocab, e)).astype(np.float32),
         "output_norm.weight": ones(e),
     }
     if arch.name != "gemma3":  # Gemma ties its output head to the embeddings
-        out["output.weight"] = dense(N_VOCAB, e)
+        out["output.weight"] = dense(arch.n_vocab, e)
     for i in range(arch.n_layer):
         p = f"blk.{i}."
         out[p + "attn_norm.weight"] = ones(e)
@@ -259,7 +264,7 @@ def write_f32(arch: Architecture, path: Path) -> None:
         writer.add_expert_count(arch.n_expert)
         writer.add_expert_used_count(arch.n_expert_used)
         writer.add_expert_feed_forward_length(arch.n_ff)
-    tokens, scores, types = _vocabulary()
+    tokens, scores, types = _vocabulary(arch.n_vocab)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
