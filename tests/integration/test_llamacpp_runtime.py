@@ -426,6 +426,7 @@ def test_the_installed_llama_cpp_carries_the_patches(runtime: LlamaCppRuntime) -
     # below would still pass.
     from superfluid.adapters.llamacpp.kernels import (
         BATCH_INVARIANT,
+        has_float_one_row,
         has_offset_dot,
         has_q0_prefetch,
         has_repacked_gemm,
@@ -438,8 +439,8 @@ def test_the_installed_llama_cpp_carries_the_patches(runtime: LlamaCppRuntime) -
     assert has_repacked_gemm(llama()), "llama-cpp-python lacks scripts/patches/0002-*"
     native = llama().llama_cpp._lib
     assert hasattr(native, "ggml_cpu_tiled_row_order_enabled"), "it lacks scripts/patches/0003-*"
-    # The tiled kernel's row order is an AVX2-without-VNNI mode; on an AVX-512 VNNI build
-    # (scripts/llama_cpp_cpu_flags.sh, ADR 0017) K-quants take the dot product at every row count.
+    # The tiled kernel's row order is an x86 mode (AVX2 and FMA, AVX-512 VNNI builds too); a build
+    # without it serves K-quants on the dot product at every row count.
     expected = (
         BATCH_INVARIANT if has_tiled_row_order(llama()) else BATCH_INVARIANT.without_tiled_kquants()
     )
@@ -453,6 +454,11 @@ def test_the_installed_llama_cpp_carries_the_patches(runtime: LlamaCppRuntime) -
     if not has_q0_prefetch(llama()):
         expected = dataclasses.replace(expected, q0_prefetch=False)
     assert bool(native.ggml_cpu_q0_prefetch_enabled()) == expected.q0_prefetch
+    # Float and IQ4_NL weights through tinyBLAS at one row (0009): an x86 mode.
+    assert hasattr(native, "ggml_cpu_sgemm_one_row_enabled"), "it lacks scripts/patches/0009-*"
+    if not has_float_one_row(llama()):
+        expected = dataclasses.replace(expected, float_one_row=False)
+    assert bool(native.ggml_cpu_sgemm_one_row_enabled()) == expected.float_one_row
     assert runtime.kernels == expected and runtime.kernels.repack_weights
 
 

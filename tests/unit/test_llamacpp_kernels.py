@@ -137,7 +137,7 @@ def test_a_build_without_float_tinyblas_at_one_row_serves_without_it(
 
 
 def test_a_build_without_the_row_order_mode_serves_no_tiled_k_quants() -> None:
-    # Not AVX2 (or VNNI, whose tiled kernel sums otherwise): dot products at every row count.
+    # Not x86 with AVX2 and FMA: dot products at every row count.
     chosen = served_kernels(_patched(supported=False))
     assert not chosen.tiled_kquants and not chosen.tiled_row_order and chosen.batch_invariant
     assert chosen.repack_weights and chosen.tiled_attention

@@ -294,7 +294,7 @@ def served_kernels(lib: Any) -> Kernels:
         )
         kernels = kernels.without_repacking()
     if not has_tiled_row_order(lib):
-        # A build without the mode (no patch, not AVX2, or VNNI): dot products at every row count.
+        # A build without the mode (no patch, or not x86 with AVX2 and FMA): dot products.
         kernels = kernels.without_tiled_kquants()
     if not has_offset_dot(lib):
         kernels = replace(kernels, offset_dot=False)  # the stock tiles: same values, slower
