@@ -8,7 +8,8 @@ For each tiny model `bench/synthetic_gguf.py` makes (six architectures, seventee
   and on llama.cpp's own defaults, which must differ somewhere for the check to mean anything;
 - **server** (`--server`): greedy replies of `superfluid serve --speculate prompt-lookup` (the
   drafts `auto` makes, with no gate to switch them off) equal to `--speculate off`, four
-  requests at once per model, every model in one server of each kind.
+  requests at once per model, then four more whose prompts extend the first four's (a reused
+  prefix), every model in one server of each kind.
 
 Each kernel configuration runs in its own subprocess: llama.cpp reads its switches once per
 process. `--write PATH` writes the generated Markdown table.
@@ -45,6 +46,9 @@ PROMPTS = (
     "the city of the river and the sea, the city of the",
 )
 MAX_TOKENS = 48
+#: Appended to every prompt for a second wave, whose prompts then share a prefix with a finished
+#: request's (the server's prefix reuse, ADR 0009).
+REUSED_SUFFIX = " and then the river"
 
 
 def _failures(result: dict[str, Any]) -> list[str]:
@@ -129,6 +133,9 @@ def greedy_replies(base: str, names: Sequence[str]) -> dict[str, list[str]]:
     ):
         for name in names:
             out[name] = list(pool.map(lambda p, n=name: complete(client, n, p), PROMPTS))
+            # A second wave extends each prompt: the server reuses the first wave's KV.
+            extended = [prompt + REUSED_SUFFIX for prompt in PROMPTS]
+            out[name] += list(pool.map(lambda p, n=name: complete(client, n, p), extended))
     return out
 
 
@@ -143,7 +150,7 @@ def check_server(cells: Sequence[Cell], logs: Path) -> dict[Cell, str]:
     for cell, name in zip(cells, names, strict=True):
         plain, speculative = replies["off"][name], replies["prompt-lookup"][name]
         differing = sum(a != b for a, b in zip(plain, speculative, strict=True))
-        out[cell] = "same" if not differing else f"{differing}/{len(PROMPTS)} replies differ"
+        out[cell] = "same" if not differing else f"{differing}/{len(plain)} replies differ"
     return out
 
 
@@ -235,8 +242,9 @@ on the machine of `docs/benchmarks/` (x86-64, AVX-512 VNNI build). Each model is
 GGUF made by `bench/synthetic_gguf.py` and quantized by the installed llama.cpp. "served kernels":
 `bench/llamacpp_bitexact.py`'s row check (1..65 rows, 2/4/8 lanes, whole-prompt prefill, a
 neighbour's cut; after 27 and 700 tokens) on what superfluid serves with (ADR 0008). "greedy
-speculative = plain": four concurrent greedy completions of 48 tokens from `superfluid serve
---speculate prompt-lookup` against `--speculate off`. "llama.cpp's defaults": the same row check on
+speculative = plain": four concurrent greedy completions of 48 tokens, then four whose prompts
+extend theirs (a reused prefix), from `superfluid serve --speculate prompt-lookup` against
+`--speculate off`. "llama.cpp's defaults": the same row check on
 llama.cpp's own kernels, which shows the check can fail. "tensors": the types the quantizer chose
 besides F32 norms (rows that a type's blocks do not divide fall back to a legacy type, as
 llama.cpp's quantizer does).
