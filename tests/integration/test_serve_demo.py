@@ -40,6 +40,15 @@ def test_the_startup_log_names_the_strategy(server):
     assert not any("Traceback" in line for line in lines)
 
 
+def test_the_startup_log_names_the_kernels_every_weight_runs_on(server):
+    _, lines = server
+    head = "superfluid: gemma3-270m-q4_k_m.gguf runs on batch-invariant kernels: "
+    (kernels,) = [line for line in lines if line.startswith(head)]
+    # The Q5_0 weights are served widened to Q8_0, on tinyBLAS's quantized tiles.
+    assert "tinyBLAS (91 Q8_0)" in kernels, kernels
+    assert kernels.endswith("tiled attention on an F16 cache, a KV stream per lane")
+
+
 def test_the_openai_client_can_chat_with_the_demo_server(server):
     port, _ = server
     reply = client(port).chat.completions.create(
