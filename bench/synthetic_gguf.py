@@ -18,7 +18,7 @@ so any text tokenizes and the server can be driven over HTTP. Models are cached 
 `~/.cache/superfluid/synthetic-gguf/` (keyed by this generator's version and llama-cpp-python's),
 so a second run loads them without writing.
 
-    .venv/bin/python -m bench.synthetic_gguf [--arch NAME ...] [--type NAME ...]
+    .venv/bin/python -m bench.synthetic_gguf [--arch NAME ...] [--type NAME ...] [--size bench]
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import argparse
 import ctypes
 import hashlib
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -291,7 +293,7 @@ def quantize(source: Path, target: Path, weights: WeightType) -> None:
     params.ftype = getattr(llama_cpp, weights.ftype)
     params.pure = weights.pure
     params.nthread = os.cpu_count() or 1
-    tmp = target.with_suffix(".tmp")
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
     status = llama_cpp.llama_model_quantize(
         str(source).encode(), str(tmp).encode(), ctypes.byref(params)
     )
@@ -311,8 +313,24 @@ def cache_dir() -> Path:
 
 def model(arch: str, weights: str, cache: Path | None = None, size: str = "test") -> Path:
     """The GGUF of `arch` in `weights`, made on first use and cached; `size` "bench" makes the
-    larger one of `BENCH_ARCHITECTURES`."""
+    larger one of `BENCH_ARCHITECTURES`.
+
+    A missing file is made in a subprocess: llama.cpp's quantizer reads the CPU backend's
+    process-wide switches, which a process that then loads models must set first (kernels.py).
+    """
     folder = cache or cache_dir()
+    target = folder / f"{arch if size == 'test' else f'{arch}-{size}'}-{weights}.gguf"
+    if not target.exists():
+        command = [sys.executable, "-m", "bench.synthetic_gguf", "--arch", arch, "--type", weights]
+        command += ["--size", size, "--cache", str(folder)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0 or not target.exists():
+            raise RuntimeError(f"making {target.name} failed:\n{done.stderr[-2000:]}")
+    return target
+
+
+def make(arch: str, weights: str, folder: Path, size: str = "test") -> Path:
+    """Write and quantize `arch` in `weights` into `folder`, in this process."""
     folder.mkdir(parents=True, exist_ok=True)
     stem = arch if size == "test" else f"{arch}-{size}"
     target = folder / f"{stem}-{weights}.gguf"
@@ -320,7 +338,7 @@ def model(arch: str, weights: str, cache: Path | None = None, size: str = "test"
         return target
     source = folder / f"{stem}-source-F32.gguf"
     if not source.exists():
-        tmp = source.with_suffix(".tmp")
+        tmp = source.with_suffix(f".{os.getpid()}.tmp")
         write_f32(SIZES[size][arch], tmp)
         tmp.replace(source)
     quantize(source, target, WEIGHT_TYPES[weights])
@@ -347,9 +365,11 @@ def main(argv: list[str] | None = None, made: Callable[[str], None] = print) -> 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", action="append", choices=sorted(ARCHITECTURES))
     parser.add_argument("--type", action="append", choices=list(WEIGHT_TYPES))
+    parser.add_argument("--size", choices=list(SIZES), default="test")
+    parser.add_argument("--cache", type=Path, help="where to keep the files (default: the cache)")
     args = parser.parse_args(argv)
-    for arch, weights in each(args.arch or ARCHITECTURES, args.type or WEIGHT_TYPES):
-        path = model(arch, weights)
+    for arch, weights in each(args.arch or SIZES[args.size], args.type or WEIGHT_TYPES):
+        path = make(arch, weights, args.cache or cache_dir(), args.size)
         types = ", ".join(f"{n} {t}" for t, n in sorted(tensor_types(path).items()))
         made(f"{path}: {types}")
 
