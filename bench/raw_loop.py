@@ -37,6 +37,10 @@ class LoopRun:
         return (self.tokens - 1) / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
 
+#: The one log callback every RawLoop installs (see RawLoop.__init__).
+_QUIET: Any = None
+
+
 class RawLoop:
     """A loaded model and context; `generate` runs one greedy request from an empty cache."""
 
@@ -44,9 +48,12 @@ class RawLoop:
         import llama_cpp as lib
 
         self._lib = lib
-        # llama.cpp logs every tensor it loads; the floor has nothing to say.
-        self._quiet = lib.llama_log_callback(lambda level, text, data: None)
-        lib.llama_log_set(self._quiet, ctypes.c_void_p(0))
+        # llama.cpp logs every tensor it loads; the floor has nothing to say. The callback lives
+        # as long as the process: llama.cpp keeps calling it after this loop is gone.
+        global _QUIET
+        if _QUIET is None:
+            _QUIET = lib.llama_log_callback(lambda level, text, data: None)
+        lib.llama_log_set(_QUIET, ctypes.c_void_p(0))
         lib.llama_backend_init()
         self._model = lib.llama_model_load_from_file(
             str(model).encode(), lib.llama_model_default_params()

@@ -268,6 +268,12 @@ def test_the_peers_and_the_raw_loop_render_the_model_s_own_chat_template(
     assert "--no-jinja" not in argv(instruct_gguf)
     demo = argv(demo_gguf)
     assert demo[demo.index("--chat-template") + 1] == "gemma"
+    # RawLoop loads with whatever switches the process has, and llama.cpp reads some of them at
+    # a model's first load; this process serves models in other tests, so it sets the served ones.
+    from superfluid.adapters.llamacpp.kernels import apply_process_switches, served_kernels
+    from superfluid.adapters.llamacpp.native import llama
+
+    apply_process_switches(llama(), served_kernels(llama()))
     for model, expected in (
         (demo_gguf, "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"),
         (instruct_gguf, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),

@@ -478,10 +478,12 @@ if variant == "padded":
     os.environ["GGML_CPU_REPACK_GEMM"] = "2"
     assert llama().llama_cpp._lib.ggml_cpu_repack_gemm_enabled() == 2
 served = served_kernels(llama())
+# Without the row-order mode every build repacks Q4_K (on AVX-512 the mode leaves it to tiling).
+repacked = served.without_tiled_kquants()
 kernels = {
     "served": served,
-    "padded": served,
-    "stock repacked": dataclasses.replace(served, repacked_gemm=False),
+    "padded": repacked,
+    "stock repacked": dataclasses.replace(repacked, repacked_gemm=False),
     "stock tiled": dataclasses.replace(served, tiled_kquants=True, tiled_row_order=False),
 }[variant]
 with LlamaCppRuntime.load(model, ctx_size=256, max_sequences=1, kernels=kernels) as rt:
@@ -511,13 +513,14 @@ print("same" if all(same) else "differ", same)
 def test_the_demo_model_s_weight_kernels_need_the_patches_row_orders(
     demo_model: Path, variant: str, rows: str
 ) -> None:
-    # The demo model's Q4_K tensors are repacked: stock llama.cpp computes 5-7 rows as a gemm
-    # group of 4 and 1-3 gemv rows. Its Q6_K tensors take the tiled kernel from 8 rows and a dot
-    # product below. Either way stock rows differ from the same tokens decoded one at a time.
-    # With the patches' switches the gemv and the dot product sum in their group kernels' order
-    # ("served"), or the rows a repacked gemm group leaves over are padded into one ("padded",
-    # the path of types without such a gemv), and 5-10 rows equal the one-at-a-time rows. (This
-    # also shows the exactness tests run these kernels, not a model without any.)
+    # Repacked (without the row-order mode), the demo model's Q4_K tensors make stock llama.cpp
+    # compute 5-7 rows as a gemm group of 4 and 1-3 gemv rows; its Q6_K tensors take the tiled
+    # kernel from 8 rows and a dot product below. Either way stock rows differ from the same
+    # tokens decoded one at a time. With the patches' switches the row paths sum in their group
+    # kernels' order ("served"), or the rows a repacked gemm group leaves over are padded into
+    # one ("padded", the path of types without a gemv in the gemm's order), and 5-10 rows equal
+    # the one-at-a-time rows. (This also shows the exactness tests run these kernels, not a
+    # model without any.)
     import subprocess
     import sys
 
