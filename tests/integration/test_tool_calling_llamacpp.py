@@ -112,7 +112,7 @@ def shots(*groups: tuple[str, ...]) -> list[dict[str, Any]]:
 
 
 ONE = [
-    *shots(("setup.py",), ("README.md",), ("src/app.py",)),
+    *shots(("setup.py",), ("README.md",), ("src/app.py",), ("Makefile",)),
     {"role": "user", "content": "Show me docs/index.md."},
 ]
 TWO = [
@@ -194,7 +194,8 @@ def test_a_call_then_its_result_then_the_answer(auto: Server) -> None:
     messages = [
         *ONE,
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-        {"role": "tool", "tool_call_id": call.id, "content": "# Index\nWelcome."},
+        # The result in the earlier turns' words, so the base model answers as they did.
+        {"role": "tool", "tool_call_id": call.id, "content": "(the contents of docs/index.md)"},
     ]
     answer = ask(auto, messages, max_tokens=12)
     assert answer.choices[0].message.content.startswith("Here is ")
