@@ -91,6 +91,15 @@ def test_grid_types_without_a_row_order_mode_fall_back_to_the_dot_product() -> N
     assert inv.by_kernel[DOT] == {"IQ2_XXS": 4} and inv.untiled == ("IQ2_XXS",)
 
 
+def test_gathered_tables_are_no_matmul_weights() -> None:
+    model = layout(
+        ("position_embd.weight", (256, 2048), g.F16),
+        ("output.weight", (256, 512), g.Q8_0),
+    )
+    inv = inventory(model, replace(SERVED, float_one_row=False), AVX512)
+    assert inv.by_kernel == {TINYBLAS: {"Q8_0": 1}} and inv.refusal is None
+
+
 def test_q4_k_is_repacked_and_q6_k_falls_back_to_the_dot_product_without_the_row_order() -> None:
     inv = inventory(dense(g.Q4_K, head=g.Q6_K), SERVED, AVX512)
     assert inv.by_kernel == {REPACKED: {"Q4_K": 4}, DOT: {"Q6_K": 1}}

@@ -79,14 +79,21 @@ class Weight:
     experts: bool
 
 
+#: Tables a graph gathers rows from and never multiplies by.
+GATHERED = frozenset(
+    {b"position_embd.weight", b"token_types.weight", b"per_layer_token_embd.weight"}
+)
+
+
 def weights(layout: Layout) -> list[Weight]:
-    """The matmul weights of a GGUF: 2-D and 3-D tensors, the embeddings only when tied to the
-    output head (they are otherwise only gathered row by row)."""
+    """The matmul weights of a GGUF: 2-D and 3-D tensors but the gathered tables, the token
+    embeddings only when tied to the output head (they are otherwise only gathered too)."""
     names = {t.name for t in layout.tensors}
     tied = b"output.weight" not in names
     found = []
     for t in layout.tensors:
-        if len(t.dims) < 2 or (t.name == b"token_embd.weight" and not tied):
+        gathered = t.name in GATHERED or (t.name == b"token_embd.weight" and not tied)
+        if len(t.dims) < 2 or gathered:
             continue
         rows = t.dims[1]
         found.append(Weight(TYPE_NAMES.get(t.type, f"type {t.type}"), rows, len(t.dims) == 3))
