@@ -29,7 +29,7 @@ SERVED = "served (batch-invariant)"
 #: quantizer's legacy fallbacks).
 FAMILIES = [
     ("llama", "Q4_K"),  # tiled (AVX-512) or repacked (AVX2) Q4_K
-    ("llama", "Q4_0"),  # repacked gemm, rows left over padded into a gemm group
+    ("llama", "Q4_0"),  # repacked gemm, the rows a group leaves over on its stock gemv
     ("qwen3", "Q8_0"),  # tinyBLAS's quantized tiles, head size 128
     ("gemma3", "Q5_0"),  # tinyBLAS, 320-wide rows, a sliding window below the context
     ("phi3", "Q6_K"),  # tiled with the rows below in its order, multi-head attention
@@ -69,15 +69,17 @@ def test_every_kernel_family_is_exact_on_the_served_kernels() -> None:
 
 def test_the_check_fails_on_llama_cpps_own_kernels() -> None:
     # Float weights and experts' routers differ at 2+ rows there: the check can catch a regression.
-    found = exactness_matrix.rows_in_subprocess(
-        [("llama", "F16"), ("qwen3moe", "Q4_K")], "llama.cpp defaults"
-    )
-    assert all(found.values()), found
+    cells = [("llama", "F16"), ("qwen3moe", "Q4_K")]
+    found = exactness_matrix.rows_in_subprocess(cells, "llama.cpp defaults")
+    assert set(found) == set(cells) and all(found.values()), found
 
 
 def test_speculative_greedy_replies_are_plain_greedy_replies_on_every_family(tmp_path) -> None:
     found = exactness_matrix.check_server(FAMILIES, tmp_path)
-    assert {cell: r for cell, r in found.items() if r != "same"} == {}
+    assert {cell: r for cell, r in found.items() if not r.startswith("same")} == {}
+    # Drafts were verified, so "same" says something: most cells accept some.
+    accepting = [r for r in found.values() if not r.startswith("same (0 ")]
+    assert len(accepting) >= len(FAMILIES) // 2, found
 
 
 @pytest.mark.slow
