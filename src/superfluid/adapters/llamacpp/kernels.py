@@ -22,8 +22,9 @@ measurements, `bench/llamacpp_bitexact.py` reproduces them):
 - **Repacked weights.** The CPU "extra" buffer repacks Q4_K weights into interleaved blocks whose
   gemm (groups of 4 activation rows) and gemv (the 1-3 rows left over) sum in different orders.
   superfluid's llama.cpp patch adds `GGML_CPU_REPACK_GEMM=1`, read once per process: Q4_K's
-  AVX2 gemv then sums in the gemm's order, and other types pad the rows left over into a gemm
-  group, so every row sums in the gemm's one order, at the repacked kernels' speed.
+  AVX2 gemv then sums in the gemm's order, Q4_0, IQ4_NL and MXFP4 keep their stock gemv (it
+  already does), and other types pad the rows left over into a gemm group, so every row sums in
+  the gemm's one order, at the repacked kernels' speed.
 - **Attention.** Flash attention with an F16/F32 cache takes a split-KV path for one-token
   decodes past 512 cells, a per-row path (F16 sums) below 64 queries and a tiled path from 64.
   superfluid's llama.cpp patch adds `GGML_CPU_FA_TILED=1`, read once per process: every query
@@ -301,7 +302,7 @@ def served_kernels(lib: Any) -> Kernels:
     if not has_q0_prefetch(lib):
         kernels = replace(kernels, q0_prefetch=False)  # the same values, small steps slower
     if not has_float_one_row(lib):
-        kernels = replace(kernels, float_one_row=False)  # float weights: see `float_weights_exact`
+        kernels = replace(kernels, float_one_row=False)  # see kernel_inventory.inexact
     return kernels
 
 
