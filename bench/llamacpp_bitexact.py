@@ -129,20 +129,25 @@ def check(rt: LlamaCppRuntime, prompt: list[int], tokens: list[int]) -> dict[str
     }
 
 
-def run_candidate(name: str, model: Path, threads: int | None) -> None:
-    kernels = candidates()[name]
+def check_model(
+    model: Path, kernels: Kernels, threads: int | None = None
+) -> dict[str, dict[str, object]]:
+    """`check` on `model` with `kernels`, after the short prompt and after `LONG` tokens."""
     with LlamaCppRuntime.load(
         model, ctx_size=1024, max_sequences=OTHER_LANES + 1, n_threads=threads, kernels=kernels
     ) as rt:
         tokens = (rt.tokenize(CONTINUATION, add_special=False) * 2)[:MAX_N]
-        results = {
+        return {
             "short": check(rt, rt.tokenize(PROMPT, add_special=True), tokens),
             "long": check(rt, rt.tokenize((PROMPT + " ") * 30, add_special=True)[:LONG], tokens),
         }
-    print(json.dumps(results))
 
 
-def _runs(ns: list[int]) -> str:
+def run_candidate(name: str, model: Path, threads: int | None) -> None:
+    print(json.dumps(check_model(model, candidates()[name], threads)))
+
+
+def runs_text(ns: list[int]) -> str:
     """1, 2, 3, 31, 32 -> "1..3, 31..32", for the table."""
     runs: list[list[int]] = []
     for n in ns:
@@ -175,7 +180,7 @@ def main() -> None:
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         for context, result in json.loads(out.splitlines()[-1]).items():
             differing = result["rows differing at N"]
-            rows = _runs(differing) or "none"
+            rows = runs_text(differing) or "none"
             print(
                 f"| {name} | {context} | {rows} | "
                 f"{'same' if result['prefill identical'] else 'differs'} | "
