@@ -45,10 +45,11 @@ def register_prompt_lookup_runtime(
     label = model if name_model else None
     if directive.mode is Mode.OFF:
         return Registration(None, None, (say.registered("off", label),))
-    if caps.exactness_refusal is not None and directive.mode in (Mode.PROMPT_LOOKUP, Mode.AUTO):
-        if directive.mode is Mode.PROMPT_LOOKUP:
-            raise DirectiveError(say.prompt_lookup_inexact(caps.exactness_refusal))
-        return Registration(None, None, (say.auto_inexact(model, caps.exactness_refusal),))
+    inexact = caps.exactness_refusal
+    if inexact is not None and directive.mode is Mode.PROMPT_LOOKUP:
+        raise DirectiveError(say.prompt_lookup_inexact(inexact))
+    if inexact is not None and directive.mode is Mode.AUTO:
+        return Registration(None, None, (say.auto_inexact(model, inexact),))
     if directive.mode is Mode.PROMPT_LOOKUP:
         if caps.cut_refusal is not None or PROMPT_LOOKUP not in caps.strategies:
             raise DirectiveError(

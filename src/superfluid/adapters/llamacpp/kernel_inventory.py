@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from superfluid.adapters.llamacpp.gguf_layout import Layout
-from superfluid.adapters.llamacpp.kernels import Kernels
+from superfluid.adapters.llamacpp.kernels import Kernels, native_library
 
 #: ggml type ids and names of the weight types a GGUF holds.
 TYPE_NAMES = {
@@ -62,7 +62,7 @@ class Build:
 
     @classmethod
     def of(cls, lib: Any) -> Build:
-        native = lib.llama_cpp._lib
+        native = native_library(lib)
 
         def has(name: str) -> bool:
             return hasattr(native, name) and bool(getattr(native, name)())

@@ -13,7 +13,7 @@ measurements, `bench/llamacpp_bitexact.py` reproduces them):
   builds Q2_K and Q4_K are then left unrepacked for it), and the other IQ types keep the dot
   product at every row count. Where the build has no such mode the tiled kernel is switched off
   (`GGML_CPU_TILED_MM=0`). Forced on for every row count instead (`GGML_CPU_TILED_MM_FORCE=1`)
-  it is exact too, but one-row decoding pays 2-3x on K-quant weights.
+  it is exact too, but one-row decoding pays for it (ADR 0008 has the cost).
 - **Float and IQ4_NL weights.** tinyBLAS takes F32, F16, BF16 and IQ4_NL weights from 2 rows
   and the dot product the single row, in another order. superfluid's patch adds
   `GGML_CPU_SGEMM_ONE_ROW=1`: one-row products of these types take tinyBLAS too. Without it a
@@ -76,7 +76,8 @@ TILED_ROW_ORDER_ENV = "GGML_CPU_TILED_ROW_ORDER"
 Q0_OFFSET_DOT_ENV = "GGML_CPU_Q0_OFFSET_DOT"
 #: The process-wide switch superfluid's patch adds: tinyBLAS's Q0 tiles prefetch the next rows.
 Q0_PREFETCH_ENV = "GGML_CPU_Q0_PREFETCH"
-#: The process-wide switch superfluid's patch adds: float weights through tinyBLAS at one row too.
+#: The process-wide switch superfluid's patch adds: float and IQ4_NL weights through tinyBLAS at
+#: one row too.
 SGEMM_ONE_ROW_ENV = "GGML_CPU_SGEMM_ONE_ROW"
 
 
@@ -111,10 +112,10 @@ class Kernels:
     #: 2-8 rows about a third cheaper on the benchmarks' machine (needs superfluid's patch and an
     #: AVX2 build; speed only, so `batch_invariant` does not look at it).
     q0_prefetch: bool = False
-    #: F32, F16 and BF16 weights through tinyBLAS at one activation row too, as from two rows
-    #: on (needs superfluid's patch and an x86 build): without it a token's row sums in another
-    #: order alone than beside other rows wherever a model holds float weights (an F16 or BF16
-    #: file, a mixture-of-experts model's F32 router).
+    #: F32, F16, BF16 and IQ4_NL weights through tinyBLAS at one activation row too, as from two
+    #: rows on (needs superfluid's patch and an x86 build): without it a token's row sums in
+    #: another order alone than beside other rows wherever a model holds such weights (an F16 or
+    #: BF16 file, a mixture-of-experts model's F32 router).
     float_one_row: bool = False
 
     @property
@@ -221,14 +222,14 @@ _SWITCHES = (
     _Switch(
         SGEMM_ONE_ROW_ENV,
         "float_one_row",
-        "tinyBLAS at one row for float weights",
+        "tinyBLAS at one row for float and IQ4_NL weights",
         "ggml_cpu_sgemm_one_row_enabled",
         "ggml_cpu_sgemm_one_row_supported",
     ),
 )
 
 
-def _native(lib: Any) -> Any:
+def native_library(lib: Any) -> Any:
     """The ctypes library behind the `llama_cpp` module (symbols of ggml's libraries too)."""
     return lib.llama_cpp._lib
 
@@ -242,7 +243,7 @@ def _carries(lib: Any, switch: _Switch) -> bool:
     honour it (asked without reading the switch)."""
     if switch.marker is None:
         return True
-    native = _native(lib)
+    native = native_library(lib)
     if not hasattr(native, switch.marker):
         return False
     return switch.supported is None or bool(getattr(native, switch.supported)())
@@ -274,7 +275,8 @@ def has_q0_prefetch(lib: Any) -> bool:
 
 
 def has_float_one_row(lib: Any) -> bool:
-    """Whether the loaded llama.cpp can send one-row products of float weights to tinyBLAS."""
+    """Whether the loaded llama.cpp can send one-row products of float and IQ4_NL weights to
+    tinyBLAS."""
     return _carries(lib, _switch("float_one_row"))
 
 
@@ -346,4 +348,4 @@ def _read_back(lib: Any, switch: _Switch) -> bool | None:
     """How the library read a patched switch; None where it cannot say (stock llama.cpp)."""
     if switch.marker is None or not _carries(lib, switch):
         return None
-    return bool(getattr(_native(lib), switch.marker)())
+    return bool(getattr(native_library(lib), switch.marker)())
