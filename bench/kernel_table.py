@@ -93,11 +93,11 @@ def _in_subprocess(arch: str, weights: str, candidate: str) -> dict[str, list[fl
 def ratios(arch: str, weights: str, rounds: int) -> dict[str, tuple[float, float]]:
     """Per shape: (served / defaults, the defaults' fastest milliseconds); for the tiled types
     also "fallback": the dot-product fallback's prefill over the defaults'."""
-    candidates = [SERVED, DEFAULTS] + ([FALLBACK] if weights in TILED else [])
-    pooled: dict[str, dict[str, list[float]]] = {c: {s: [] for s in SHAPES} for c in candidates}
+    configurations = [SERVED, DEFAULTS] + ([FALLBACK] if weights in TILED else [])
+    pooled: dict[str, dict[str, list[float]]] = {c: {s: [] for s in SHAPES} for c in configurations}
     for r in range(rounds):
         # Alternate the order: the machine drifts within minutes.
-        for candidate in candidates if r % 2 == 0 else candidates[::-1]:
+        for candidate in configurations if r % 2 == 0 else configurations[::-1]:
             for shape, seconds in _in_subprocess(arch, weights, candidate).items():
                 pooled[candidate][shape] += seconds
     # The fastest repetition: this machine's noise only ever adds time.

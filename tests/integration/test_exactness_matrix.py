@@ -84,7 +84,7 @@ def test_speculative_greedy_replies_are_plain_greedy_replies_on_every_family(tmp
 
 @pytest.mark.slow
 def test_the_full_matrix_is_exact_on_the_served_kernels() -> None:
-    # Every architecture x type: the row check and greedy replies (about two minutes).
+    # Every architecture x type: the row check and greedy replies.
     cells = list(synthetic_gguf.each(synthetic_gguf.ARCHITECTURES, synthetic_gguf.WEIGHT_TYPES))
     rows = exactness_matrix.matrix(cells, server=True, stock=False)
     assert [row.cell for row in rows if not row.exact] == []
