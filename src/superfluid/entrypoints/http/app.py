@@ -39,6 +39,7 @@ from superfluid.entrypoints.http.intake import (
     find_host,
     generation_request,
     read_body,
+    reply_stops,
     template_tools,
     tool_plan,
 )
@@ -145,7 +146,7 @@ def create_app(
         tools: ToolPlan | None = None,
     ) -> Response:
         work = generation_request(body, host, prompt, defaults, tools)
-        generation = Generation(service, host, work, body.stop_strings)
+        generation = Generation(service, host, work, reply_stops(body, host, chat=chat))
         frame = ReplyFrame(model=host.name, chat=chat)
         try:
             generation.start()

@@ -353,6 +353,13 @@ def sampling_params(
     )
 
 
+def reply_stops(
+    body: ChatCompletionBody | CompletionBody, host: ModelHost, *, chat: bool
+) -> tuple[str, ...]:
+    """The strings that end a reply: the request's `stop`."""
+    return body.stop_strings
+
+
 def generation_request(
     body: ChatCompletionBody | CompletionBody,
     host: ModelHost,
