@@ -373,11 +373,9 @@ gate_ticks = st.lists(
     ),
     gate_ticks,
 )
-def test_a_probe_settles_by_its_deadline_and_a_loss_before_it_rests_on_enough_speculation(
-    tuning, ticks
-):
+def test_a_probe_settles_by_its_deadline_and_every_verdict_rests_on_a_full_probe(tuning, ticks):
     gate = ThroughputGate(min_speedup=1.08, reprobe=32, reprobe_max=1024, tuning=tuning)
-    last = None
+    verdicts = []
     for probe_ticks, (drafted, committed, took) in enumerate(ticks, start=1):
         if not gate.probing:
             break
@@ -385,13 +383,77 @@ def test_a_probe_settles_by_its_deadline_and_a_loss_before_it_rests_on_enough_sp
             gate.record_spec_tick(committed, took)
         else:
             gate.record_plain_tick(committed, took)
-        assert probe_ticks < tuning.settle_ticks or not gate.probing  # the deadline holds
         last = gate.last_verdict
-    if last is None:
-        return
-    # A verdict before the deadline is a full probe's: both samples at least a probe long; a
-    # loss there also rests on at least the early stop's count of speculating ticks.
-    if not last.at_deadline and last.spec_ticks:
-        assert min(last.spec_ticks, last.plain_ticks) >= tuning.probe_ticks
-        if not last.speculate:
-            assert last.spec_ticks >= tuning.early_stop_ticks
+        if last is not None and (not verdicts or verdicts[-1] is not last):
+            verdicts.append(last)
+        if probe_ticks == tuning.settle_ticks:  # the deadline holds: decided, or undecided
+            assert not gate.probing or (last is not None and last.undecided)
+    for verdict in verdicts:
+        if verdict.undecided:
+            # Undecided only for want of a full probe one way or the other, and never plain.
+            assert min(verdict.spec_ticks, verdict.plain_ticks) < tuning.probe_ticks
+            assert verdict.speculate
+            continue
+        # Every verdict, at the deadline or before it, rests on a full probe each way; a loss
+        # before the deadline also on the early stop's count of speculating ticks.
+        assert min(verdict.spec_ticks, verdict.plain_ticks) >= tuning.probe_ticks
+        if not verdict.speculate and not verdict.at_deadline:
+            assert verdict.spec_ticks >= tuning.early_stop_ticks
+
+
+@given(
+    st.builds(
+        GateTuning,
+        probe_ticks=st.integers(1, 8),
+        settle_ticks=st.integers(1, 120),
+        undecided_wait=st.integers(1, 6),
+    ),
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("plain"), st.integers(0, 40), valid_seconds),
+            st.tuples(st.just("unmeasured"), st.just(0), st.just(0.0)),
+            st.tuples(st.just("finished"), st.integers(1, 3), st.just(0.0)),
+        ),
+        max_size=600,
+    ),
+)
+def test_a_stream_of_ticks_that_draft_nothing_never_yields_plain(tuning, events):
+    # Ticks that draft nothing (and learning ticks) say nothing about speculation: however many
+    # there are, and whatever requests finish between them, the gate never decides for plain.
+    gate = ThroughputGate(min_speedup=1.08, reprobe=32, reprobe_max=1024, tuning=tuning)
+    finished = 0
+    for kind, amount, took in events:
+        if kind == "plain":
+            gate.record_plain_tick(amount, took)
+        elif kind == "unmeasured":
+            gate.record_unmeasured_tick()
+        else:
+            finished += amount
+            gate.requests_finished(finished)
+        assert gate.speculate and gate.probing
+        verdict = gate.last_verdict
+        assert verdict is None or (verdict.undecided and verdict.speculate)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("tick"), st.integers(1, 8), st.integers(0, 40), valid_seconds),
+            st.tuples(st.just("finished"), st.just(0), st.just(0), st.just(0.0)),
+        ),
+        max_size=400,
+    )
+)
+def test_a_policy_shown_only_ticks_that_draft_nothing_never_plans_plain(events):
+    policy = SpecPolicy(SpecSettings(), default_depth=4, match_classes=MATCH_CLASSES)
+    ended = 0
+    for kind, lanes, committed, took in events:
+        if kind == "tick":
+            policy.record_plain_tick(lanes, committed=committed, seconds=took)
+            assert policy.plan(lanes).speculate
+        else:
+            ended += 1
+            policy.request_started(ended)
+            policy.request_finished(ended)
+    for verdict in policy.verdicts().values():
+        assert verdict.undecided and verdict.speculate

@@ -583,3 +583,27 @@ def test_the_first_lane_of_a_round_starts_the_longest_run_of_free_ids():
     assert start_of_longest_run({0, 4, 5, 6, 7}) == 4
     assert start_of_longest_run({1, 2, 5, 6}) == 1  # a tie: the lower run
     assert start_of_longest_run(set()) is None
+
+
+def test_ticks_on_which_no_lane_may_draft_never_reach_the_gates():
+    # Lanes that never draft (here: with logprobs; grammar lanes and logit biases alike) say
+    # nothing about speculation: their ticks are neither plain samples nor deadline ticks.
+    policy = FixedDepth(4)
+    undraftable = requests_for(PROMPTS[:2], logprobs=0)
+    run(FakeRuntime(), undraftable, speculate=True, policy=policy)
+    assert policy.ticks == []
+    # Beside a lane that may draft, the tick is the gates' to measure.
+    mixed = [*requests_for(PROMPTS[:1], logprobs=0), *requests_for(PROMPTS[2:3])]
+    run(FakeRuntime(), mixed, speculate=True, policy=policy)
+    assert policy.ticks
+
+
+class YieldFloorStopped(FixedDepth):
+    def may_draft(self, request_id):
+        return False
+
+
+def test_ticks_of_requests_the_yield_floor_stopped_never_reach_the_gates():
+    policy = YieldFloorStopped(4)
+    run(FakeRuntime(), requests_for(PROMPTS), speculate=True, policy=policy)
+    assert policy.ticks == []

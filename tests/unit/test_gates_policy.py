@@ -319,4 +319,6 @@ def test_ticks_a_learning_class_drafted_count_towards_the_gates_deadline():
         policy.record_round("r", 2, drafted=3, accepted=1)  # class 0 still learning
         policy.record_spec_tick(2, drafted=3, committed=2, seconds=0.02, rows=4)
     gate = policy.gate(2)
-    assert gate is not None and gate.phase is Phase.PLAIN  # nothing measured: a loss
+    assert gate is not None and gate.speculate  # nothing measured: undecided, not a loss
+    verdict = gate.last_verdict
+    assert verdict is not None and verdict.undecided and verdict.spec_ticks == 0

@@ -244,31 +244,52 @@ def test_a_stray_speculating_tick_while_plain_changes_nothing():
 # -- settling -------------------------------------------------------------------------------
 
 
-def test_a_probe_that_sees_too_few_drafts_settles_at_the_deadline_on_what_it_measured():
-    gate = make_gate(tuning=GateTuning(probe_ticks=4, settle_ticks=12))
+def test_a_probe_that_sees_too_few_drafts_is_undecided_at_the_deadline_and_measures_on():
+    gate = make_gate(tuning=GateTuning(probe_ticks=4, settle_ticks=12, undecided_wait=2))
     gate.record_spec_tick(5, 0.012)  # warm-up
     gate.record_spec_tick(5, 0.012)  # one measured speculating tick, far too few for a probe
-    plain_ticks(gate, 9)
-    assert gate.phase is Phase.PROBE_SPEC  # the plain half is done, the speculating half not
-    gate.record_plain_tick(PLAIN_TOKENS, PLAIN_SECONDS)  # the 12th tick of the probe
-    assert gate.phase is Phase.SPECULATE  # ~417 tokens/s against 200, on what there was
-    assert gate.last_verdict is not None and gate.last_verdict.speculate
+    plain_ticks(gate, 10)  # the 12th tick of the probe
+    verdict = gate.last_verdict
+    assert verdict is not None and verdict.undecided and verdict.wait == 2
+    assert (verdict.spec_ticks, verdict.plain_ticks) == (1, 9)  # before the 12th tick
+    assert gate.probing and gate.speculate  # no plain verdict: it drafts where it can
+    plain_ticks(gate, 50)  # the deadline rests until 2 more requests finish
+    assert gate.probing and gate.last_verdict is verdict
+    spec_ticks(gate, 3, 5, 0.012)  # the samples it kept grow: a full probe each way now
+    assert gate.phase is Phase.SPECULATE
+    assert gate.last_verdict is not None and gate.last_verdict.spec_ticks == 4
 
 
-def test_a_probe_that_never_drafted_settles_as_a_loss_at_the_deadline():
-    gate = make_gate(tuning=GateTuning(probe_ticks=4, settle_ticks=12))
+def test_an_undecided_probe_runs_its_deadline_again_after_a_few_requests():
+    gate = make_gate(tuning=GateTuning(probe_ticks=4, settle_ticks=12, undecided_wait=2))
+    plain_ticks(gate, 12)  # nothing drafted: undecided, never a loss
+    first = gate.last_verdict
+    assert first is not None and first.undecided and gate.phase is Phase.WARM_UP
+    gate.requests_finished(1)
+    plain_ticks(gate, 30)
+    assert gate.last_verdict is first  # still resting
+    gate.requests_finished(2)
     plain_ticks(gate, 11)
-    assert gate.phase is Phase.WARM_UP
-    gate.record_unmeasured_tick()  # learning ticks count towards the deadline too
-    assert gate.phase is Phase.PLAIN
-    assert gate.reprobe_at == 32
-    assert gate.last_verdict is not None and not gate.last_verdict.speculate
+    assert gate.last_verdict is first
+    plain_ticks(gate, 1)  # a fresh deadline, run out again: undecided again, not plain
+    again = gate.last_verdict
+    assert again is not first and again is not None and again.undecided
+    assert gate.speculate
+
+
+def test_a_probe_of_learning_ticks_only_is_undecided_at_the_deadline():
+    gate = make_gate(tuning=GateTuning(probe_ticks=4, settle_ticks=12))
+    for _ in range(12):
+        gate.record_unmeasured_tick()  # learning ticks count towards the deadline
+    verdict = gate.last_verdict
+    assert verdict is not None and verdict.undecided and gate.speculate
 
 
 def test_a_declined_probe_is_a_loss_and_a_decided_gate_ignores_decline():
     gate = make_gate()
     gate.decline()
     assert gate.phase is Phase.PLAIN and gate.reprobe_at == 32
+    assert gate.last_verdict is not None and gate.last_verdict.declined
     won = make_gate()
     win(won)
     won.decline()

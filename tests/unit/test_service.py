@@ -201,8 +201,21 @@ def test_a_verdict_reads_as_one_line_that_says_what_was_compared():
     assert describe_verdict(1, lost).startswith(
         "throughput gate at 1 lane: plain, re-probe after 64 requests (drafting 50.0"
     )
-    final = ThroughputVerdict(False, 0.0, 44.0, plain_ticks=12, at_deadline=True)
+    final = ThroughputVerdict(False, 55.0, 44.0, 30, 40, at_deadline=True)
     assert describe_verdict(2, final) == (
         "throughput gate at 2 lanes: plain for good (re-probing is off) "
-        "(nothing drafted to measure; plain 44.0 tok/s; the probe ran out of ticks)"
+        "(drafting 55.0 tok/s over 30 ticks, plain 44.0 over 40; the probe ran out of ticks)"
+    )
+    undecided = ThroughputVerdict(
+        True, 0.0, 126.8, plain_ticks=167, wait=4, at_deadline=True, undecided=True
+    )
+    assert describe_verdict(1, undecided) == (
+        "throughput gate at 1 lane: undecided, measuring on; its deadline runs again after 4"
+        " requests (nothing drafted to measure; plain 126.8 tok/s over 167 ticks; a verdict"
+        " needs a full probe's measured ticks each way)"
+    )
+    declined = ThroughputVerdict(False, 0.0, 0.0, wait=32, declined=True)
+    assert describe_verdict(4, declined) == (
+        "throughput gate at 4 lanes: plain, re-probe after 32 requests (adaptive depth prices"
+        " every match class's draft above what it saves)"
     )

@@ -207,11 +207,25 @@ class Executor:
             tuple(accepted_at),
             self._reused_this_tick,
         )
-        # Gate measurements are clean only when no prefill shared the step.
-        if self._policy is not None and decoding and not prefill:
+        # Gate measurements are clean only when no prefill shared the step, and they say
+        # something about speculation only when a lane could have drafted.
+        if self._policy is not None and decoding and not prefill and self._may_draft(plans):
             self._record_tick(plans, decoding, committed, seconds)
         self._release_finished()
         return events
+
+    def _may_draft(self, plans: list[_Plan]) -> bool:
+        """Whether a decoding lane of this tick was free to draft. A tick of grammar lanes,
+        forced calls, logprobs or logit-bias lanes only, or of requests the yield floor stopped,
+        is neither a plain sample against speculation nor a tick of a probe's deadline: the
+        gates never see it (docs/contract.md §7)."""
+        assert self._policy is not None
+        return any(
+            not plan.prefill
+            and plan.lane.draft_state is not None
+            and self._policy.may_draft(plan.lane.request.id)
+            for plan in plans
+        )
 
     def _record_tick(
         self, plans: list[_Plan], decoding: int, committed: int, seconds: float

@@ -270,20 +270,29 @@ def _log_verdicts(worker: _Worker) -> None:
 
 def describe_verdict(lane_count: int, verdict: ThroughputVerdict) -> str:
     lanes = f"{lane_count} lane{'s' if lane_count > 1 else ''}"
-    if verdict.speculate:
+    if verdict.undecided:
+        outcome = f"undecided, measuring on; its deadline runs again after {verdict.wait} requests"
+    elif verdict.speculate:
         outcome = "speculate"
     elif verdict.wait is None:
         outcome = "plain for good (re-probing is off)"
     else:
         outcome = f"plain, re-probe after {verdict.wait} requests"
-    if verdict.spec_ticks == 0:
-        measured = f"nothing drafted to measure; plain {verdict.plain_rate:.1f} tok/s"
+    if verdict.declined:
+        measured = "adaptive depth prices every match class's draft above what it saves"
+    elif verdict.spec_ticks == 0:
+        measured = (
+            f"nothing drafted to measure; plain {verdict.plain_rate:.1f} tok/s"
+            f" over {verdict.plain_ticks} ticks"
+        )
     else:
         measured = (
             f"drafting {verdict.spec_rate:.1f} tok/s over {verdict.spec_ticks} ticks, "
             f"plain {verdict.plain_rate:.1f} over {verdict.plain_ticks}"
         )
-    if verdict.at_deadline:
+    if verdict.undecided:
+        measured += "; a verdict needs a full probe's measured ticks each way"
+    elif verdict.at_deadline:
         measured += "; the probe ran out of ticks"
     return f"throughput gate at {lanes}: {outcome} ({measured})"
 

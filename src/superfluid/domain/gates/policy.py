@@ -21,9 +21,11 @@ Who decides what:
   once per model (`AcceptanceModel`), so a lane count reached for the first time picks its
   depths from what the others learnt instead of learning again.
 
-Settling (issue 23): a lane count where no match class would draft (every class tuned to 0) has
-nothing to probe, so its gate is told so (`ThroughputGate.decline`) and it decodes plainly until
-the re-probe; any other probe ends within the gate's `settle_ticks`.
+Settling: a lane count where no match class would draft (every class tuned to 0) has nothing
+to probe, so its gate is told so (`ThroughputGate.decline`) and it decodes plainly until the
+re-probe; any other probe decides within the gate's `settle_ticks` once it has a full probe's
+ticks each way, and is undecided (measuring on) until then. The executor reports no tick on
+which no lane could draft: such a tick says nothing about speculation.
 
 Invariants: an abandoned policy always plans plain; a speculative plan's depth lies in
 1..depth_cap; what is recorded at one lane count never changes another's throughput verdict (the

@@ -4,7 +4,8 @@ Speculation is measured against plain decoding on live traffic, as committed tok
 of decode time, and kept only where it is at least `min_speedup` times faster.
 
     WARM_UP ──first drafted tick (not measured)──▶ PROBE_SPEC ⇄ PROBE_PLAIN, a tick of each in
-    turn, until probe_ticks of each ──▶ decide:
+    turn, until probe_ticks of each ──▶ decide (at the settling deadline without probe_ticks
+    of each: undecided, measure on):
         spec_rate ≥ min_speedup × plain_rate  → SPECULATE for window_ticks drafted ticks, then
                                                  re-check (PROBE_PLAIN, the window as the spec
                                                  sample); early stop when the window's rate
@@ -55,14 +56,18 @@ after 72 speculating ticks: 49.1 against 56.4 on its first 24, 63.6 against 52.8
 Where speculation does lose (8 clients on copy-heavy: 106.2 against 111.8) the verdict came 24
 speculating ticks later, about one tick's time lost.
 
-Settling. A lane count's probe ends within `settle_ticks` ticks at that lane count (every tick
-counts, measured or not), so a server that has served a bounded number of requests there has
-decided (issue 23: at 8 clients most lane counts were still probing after the whole cell). A
-probe that runs out decides on what it has: speculation must still beat plain by
-`min_speedup` on the ticks measured, and without a measured speculating tick it is a loss. The
-policy also calls `decline` when no match class would draft at this lane count (the depth
-controller prices every draft below a plain step): there is nothing to probe, and the lane
-count is plain until the re-probe.
+Settling. A lane count's probe ends within `settle_ticks` ticks at that lane count (every
+tick the gate is shown counts, measured or not; the policy shows it no tick on which no lane
+may draft), so a server that has served a bounded number of requests there has decided. A
+probe that runs out decides on what it has, but only when that is a full probe's worth each
+way (`probe_ticks` measured ticks): speculation must then still beat plain by `min_speedup`.
+Short of that the probe is undecided: it measures on, drafting where it can, its deadline
+resting for `undecided_wait` finished requests, and the samples it keeps grow until they can
+settle the question. Agent traffic is the case: forced tool calls never draft, short answers
+rarely do, and a verdict on a handful of ticks would send the copy-heavy edits that follow to
+plain decoding. The policy also calls `decline` when no match class would draft at this lane
+count (the depth controller prices every draft below a plain step): there is nothing to
+probe, and the lane count is plain until the re-probe.
 
 Invariant: the gate holds no state about any other lane count.
 """
@@ -86,6 +91,9 @@ class GateTuning:
     early_stop_ratio: float = 0.9
     settle_ticks: int = 192
     evidence: float = 2.0
+    #: Finished requests (of the model) a probe that ran out undecided measures on before its
+    #: deadline runs again.
+    undecided_wait: int = 4
 
     def __post_init__(self) -> None:
         if (
@@ -95,6 +103,8 @@ class GateTuning:
             or self.settle_ticks < 1
         ):
             raise ValueError("gate tick counts must be at least 1")
+        if self.undecided_wait < 1:
+            raise ValueError("an undecided probe waits at least 1 request")
         if not (math.isfinite(self.evidence) and self.evidence >= 0.0):
             raise ValueError("the gate's evidence must be a finite number of at least 0")
 
@@ -170,6 +180,11 @@ class ThroughputVerdict:
     plain_ticks: int = 0
     wait: int | None = None  # requests until the re-probe, after a loss that re-probes
     at_deadline: bool = False  # decided by the settling deadline, the evidence still unclear
+    #: No verdict: the probe ran out before a full probe's ticks each way. It measures on
+    #: (speculating where it drafts), its deadline resting for `wait` requests.
+    undecided: bool = False
+    #: A loss decided by adaptive depth, not by rates: no match class pays a draft here.
+    declined: bool = False
 
 
 def _measurable(committed: int, seconds: float) -> bool:
@@ -201,6 +216,7 @@ class ThroughputGate:
         self._requests_seen = requests_seen
         self._reprobe_at: int | None = None
         self._probe_ticks = 0  # ticks seen since this probe began (the settling deadline)
+        self._deadline_rests_until: int | None = None  # requests, after an undecided deadline
         self._needed = self.tuning.probe_ticks  # ticks each way before this probe may decide
         self.last_wait: int | None = None  # requests waited after the latest loss
         self.last_verdict: ThroughputVerdict | None = None
@@ -268,7 +284,7 @@ class ThroughputGate:
     def decline(self) -> None:
         """Nothing would draft at this lane count: a probe in progress ends as a loss."""
         if self.probing:
-            self._lose()
+            self._lose(declined=True)
 
     @property
     def probing(self) -> bool:
@@ -277,6 +293,10 @@ class ThroughputGate:
     def requests_finished(self, total: int) -> None:
         """The model has now finished `total` requests; a due re-probe starts."""
         self._requests_seen = max(self._requests_seen, total)
+        rests_until = self._deadline_rests_until
+        if rests_until is not None and self._requests_seen >= rests_until:
+            self._deadline_rests_until = None  # the probe's deadline runs again, from zero
+            self._probe_ticks = 0
         if (
             self._phase is Phase.PLAIN
             and self._reprobe_at is not None
@@ -293,17 +313,24 @@ class ThroughputGate:
 
     def _past_deadline(self) -> bool:
         """Count a tick of the probe; at the deadline, decide on what was measured. True when
-        the tick ended the probe (it is then not recorded)."""
-        if not self.probing:
+        the tick ended the probe (it is then not recorded).
+
+        A verdict needs a full probe's measured ticks each way (`probe_ticks`): short of
+        that, the probe is undecided and measures on, its deadline resting for
+        `undecided_wait` finished requests, so the evidence it has gathered keeps growing
+        until it can settle the question."""
+        if not self.probing or self._deadline_rests_until is not None:
             return False
         self._probe_ticks += 1
         if self._probe_ticks < self.tuning.settle_ticks:
             return False
-        if self._spec.ticks and self._plain.ticks:
+        floor = self.tuning.probe_ticks
+        if self._spec.ticks >= floor and self._plain.ticks >= floor:
             self._decide()
-        else:
-            self._lose()  # nothing drafted to compare: a loss without a comparison
-        return True
+            return True
+        self._verdict(speculate=True, wait=self.tuning.undecided_wait, undecided=True)
+        self._deadline_rests_until = self._requests_seen + self.tuning.undecided_wait
+        return False
 
     def _advance_probe(self) -> None:
         needed = self._needed
@@ -339,6 +366,7 @@ class ThroughputGate:
         return self._spec.at_least(self.min_speedup, self._plain)
 
     def _decide(self) -> None:
+        self._deadline_rests_until = None
         if self._wins():
             self._verdict(speculate=True)
             self.schedule.on_win()
@@ -348,18 +376,26 @@ class ThroughputGate:
             return
         self._lose()
 
-    def _lose(self) -> None:
+    def _lose(self, *, declined: bool = False) -> None:
+        self._deadline_rests_until = None
         outcome, wait = self.schedule.on_loss()
         if outcome is ReprobeOutcome.FINAL:
-            self._verdict(speculate=False)
+            self._verdict(speculate=False, declined=declined)
             self._phase = Phase.FINAL_PLAIN
             return
         self.last_wait = wait
-        self._verdict(speculate=False, wait=wait)
+        self._verdict(speculate=False, wait=wait, declined=declined)
         self._reprobe_at = self._requests_seen + wait
         self._phase = Phase.PLAIN
 
-    def _verdict(self, *, speculate: bool, wait: int | None = None) -> None:
+    def _verdict(
+        self,
+        *,
+        speculate: bool,
+        wait: int | None = None,
+        undecided: bool = False,
+        declined: bool = False,
+    ) -> None:
         self.last_verdict = ThroughputVerdict(
             speculate=speculate,
             spec_rate=self._spec.rate or 0.0,
@@ -368,6 +404,8 @@ class ThroughputGate:
             plain_ticks=self._plain.ticks,
             wait=wait,
             at_deadline=self._probe_ticks >= self.tuning.settle_ticks,
+            undecided=undecided,
+            declined=declined,
         )
 
     def _check_window(self) -> None:
