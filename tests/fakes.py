@@ -89,6 +89,9 @@ class FakeRuntime:
     #: The call format the fake template teaches; None: it takes no tools.
     tool_family: ToolFamily | None = ToolFamily.HERMES
     chat_template_file: str | None = None
+    #: The fake template's end-of-turn markers (none: replies end at EOS or max_tokens).
+    turn_ends: tuple[str, ...] = ()
+    chat_template_origin: str = "the model's chat template (fake)"
 
     def chat_prompt(
         self,

@@ -1,8 +1,8 @@
 """The README's requests, run as written against the demo server (only the port is changed).
 
-A newcomer's first request must show the product: a reply with accepted drafts in
-`superfluid.spec`, and the same text from a server started with `--speculate off`. The tool
-calling example must print a call. The snippets are read out of README.md, so the README cannot
+A newcomer's first chat request must get a reply from the instruct model; the copy request must
+show the product: a reply with accepted drafts in `superfluid.spec`, and the same text from a
+server started with `--speculate off`. The tool calling example must print a call. The snippets are read out of README.md, so the README cannot
 drift from what works.
 """
 
@@ -41,6 +41,7 @@ def blocks(text: str, language: str) -> list[str]:
 
 
 FIRST = section("## A first request")
+COPY = section("### A copy that shows speculation")
 TOOLS = section("### Tool calling")
 
 
@@ -52,12 +53,12 @@ def serve(speculate: str) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-def auto(demo_gguf: Path) -> Iterator[Server]:
+def auto(demo_gguf: Path, instruct_gguf: Path) -> Iterator[Server]:
     yield from serve("auto")
 
 
 @pytest.fixture(scope="module")
-def off(demo_gguf: Path) -> Iterator[Server]:
+def off(demo_gguf: Path, instruct_gguf: Path) -> Iterator[Server]:
     yield from serve("off")
 
 
@@ -77,18 +78,32 @@ def run_curl(snippet: str, server: Server) -> dict[str, object]:
     return reply
 
 
-def test_the_first_curl_request_shows_accepted_drafts_and_the_same_text_without_them(
+def test_the_demo_serves_the_instruct_model_beside_the_base_model(auto: Server) -> None:
+    served = [model.id for model in auto.client().models.list()]
+    assert served == ["gemma3-270m-q4_k_m.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"]
+
+
+def test_the_first_chat_request_gets_an_answer_from_the_instruct_model(auto: Server) -> None:
+    (curl,) = blocks(FIRST, "sh")
+    reply = run_curl(curl, auto)
+    (choice,) = reply["choices"]  # type: ignore[misc]
+    assert reply["model"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert "Paris" in choice["message"]["content"]
+    assert choice["finish_reason"] == "stop"
+
+
+def test_the_copy_request_shows_accepted_drafts_and_the_same_text_without_them(
     auto: Server, off: Server
 ) -> None:
-    (curl,) = blocks(FIRST, "sh")
+    (curl,) = blocks(COPY, "sh")
     spec, plain = run_curl(curl, auto), run_curl(curl, off)
     assert spec["superfluid"]["spec"]["accepted"] > 0  # type: ignore[index]
     assert "superfluid" not in plain
     assert spec["choices"] == plain["choices"]
 
 
-def test_the_first_openai_request_prints_the_copy_and_its_spec(auto: Server, off: Server) -> None:
-    (snippet,) = blocks(FIRST, "python")
+def test_the_copy_openai_request_prints_the_copy_and_its_spec(auto: Server, off: Server) -> None:
+    (snippet,) = blocks(COPY, "python")
     printed = run_python(snippet, auto)
     assert "'accepted'" in printed and "bread, milk" in printed
     with pytest.raises(KeyError):  # no drafts, no `superfluid` field: the last print fails

@@ -22,9 +22,9 @@ REPEAT = "Repeat this line exactly three times: the quick brown fox jumps over t
 
 
 @pytest.fixture(scope="module")
-def server(demo_gguf):
+def server(demo_gguf, instruct_gguf):
     env = {**os.environ, "SUPERFLUID_HOME": str(model_cache())}
-    # No MODEL argument: the README's command serves the demo model.
+    # No MODEL argument: the README's command serves the demo models.
     with started(["--speculate", "auto"], env) as running:
         yield running.port, running.lines
 
@@ -35,7 +35,11 @@ def client(port):
 
 def test_the_startup_log_names_the_strategy(server):
     _, lines = server
-    assert "superfluid: speculation: auto: prompt-lookup on the llamacpp runtime" in lines
+    for model in ("gemma3-270m-q4_k_m.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"):
+        assert (
+            f"superfluid: speculation: {model}: auto: prompt-lookup on the llamacpp runtime"
+            in lines
+        )
     assert any("gemma3-270m-q4_k_m.gguf: Q5_0 weights served as Q8_0" in line for line in lines)
     assert not any("Traceback" in line for line in lines)
 

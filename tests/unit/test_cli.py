@@ -147,3 +147,18 @@ def test_two_models_cannot_share_a_served_name(tmp_path):
     code, err = serve(models[0], "--model", models[1], "--served-model-name", "b.gguf")
     assert code == 2 and err.count("\n") == 1
     assert "two models answer to the name b.gguf" in err
+
+
+def test_a_chat_template_file_that_does_not_parse_is_refused_before_the_model_loads(gguf, tmp_path):
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}{{ m.content }}")
+    code, err = serve(gguf, "--chat-template-file", str(broken))
+    assert code == 2
+    assert err.startswith(f"superfluid: the chat template from --chat-template-file {broken} ")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    code, err = serve(gguf, "--chat-template-file", str(tmp_path / "missing.jinja"))
+    assert (code, err) == (
+        2,
+        f"superfluid: --chat-template-file {tmp_path / 'missing.jinja'}: No such file or"
+        " directory\n",
+    )

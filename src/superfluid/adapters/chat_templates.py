@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from superfluid.domain.errors import SuperfluidError
 from superfluid.domain.tool_calls import ToolFamily, family_of_template
@@ -51,21 +51,31 @@ class ChatTemplateError(SuperfluidError):
 
 @dataclass(frozen=True, slots=True)
 class ChatTemplate:
-    """A renderer, where it came from (`gguf`, `file`, `builtin:<name>`), and its tool format
-    (None: it cannot take tools)."""
+    """A renderer, where it came from (`gguf`, `tokenizer`, `--chat-template-file PATH`,
+    `builtin:<name>`), its tool format (None: it cannot take tools), and the markers that end
+    an assistant turn in it (`turn_ends`: generation stops at them, whatever the model's own
+    end-of-generation token, so a model never runs on into a turn it invents)."""
 
     origin: str
     render: Render
     tool_family: ToolFamily | None = None
+    turn_ends: tuple[str, ...] = ()
 
     def __call__(self, messages: Messages, tools: Tools | None = None) -> str:
         if tools and self.tool_family is None:
             raise ChatTemplateError(
-                f"this model's chat template ({self.origin}) cannot take tools; serve it with"
+                f"{describe_origin(self.origin)} cannot take tools; serve the model with"
                 " --chat-template-file naming a template that does, or send the request"
                 " without `tools`"
             )
         return self.render(messages, tools or None)
+
+
+def describe_origin(origin: str) -> str:
+    """A template's origin as a log line or an error names it."""
+    if origin.startswith("--"):
+        return f"the chat template from {origin}"
+    return f"the model's chat template ({origin})"
 
 
 def _text(message: Mapping[str, Any]) -> str:
@@ -92,6 +102,14 @@ class TemplatedChat:
     @property
     def tool_family(self) -> ToolFamily | None:
         return self.chat_template.tool_family
+
+    @property
+    def turn_ends(self) -> tuple[str, ...]:
+        return self.chat_template.turn_ends
+
+    @property
+    def chat_template_origin(self) -> str:
+        return describe_origin(self.chat_template.origin)
 
 
 # -- built-ins ------------------------------------------------------------------------------------
@@ -181,8 +199,8 @@ def plain_turns(messages: Messages, tools: Tools | None = None) -> str:
     return "\n".join([*lines, "assistant:"])
 
 
-GEMMA = ChatTemplate("builtin:gemma", gemma_turns, ToolFamily.PYTHONIC)
-CHATML = ChatTemplate("builtin:chatml", chatml_turns, ToolFamily.HERMES)
+GEMMA = ChatTemplate("builtin:gemma", gemma_turns, ToolFamily.PYTHONIC, ("<end_of_turn>",))
+CHATML = ChatTemplate("builtin:chatml", chatml_turns, ToolFamily.HERMES, ("<|im_end|>",))
 PLAIN = ChatTemplate("builtin:plain", plain_turns, None)
 
 #: Built-ins by GGUF architecture.
@@ -209,8 +227,10 @@ def jinja_template(
     from jinja2 import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+    named = describe_origin(origin)
+
     def raise_exception(message: str) -> None:
-        raise ChatTemplateError(f"the model's chat template refused the conversation: {message}")
+        raise ChatTemplateError(f"{named} refused the conversation: {message}")
 
     def strftime_now(pattern: str) -> str:
         return datetime.now().strftime(pattern)
@@ -222,24 +242,62 @@ def jinja_template(
     try:
         template = env.from_string(source)
     except TemplateError as exc:
-        raise ChatTemplateError(f"the model's chat template does not parse: {exc}") from exc
+        raise ChatTemplateError(f"{named} does not parse: {exc}") from exc
 
-    def render(messages: Messages, tools: Tools | None) -> str:
+    def render_with(messages: Messages, tools: Tools | None, *, opening: bool = True) -> str:
         try:
             text = template.render(
                 messages=[dict(m) for m in messages],
                 tools=list(tools) if tools else None,
-                add_generation_prompt=True,
+                add_generation_prompt=opening,
                 bos_token=bos_token,
                 eos_token=eos_token,
             )
         except TemplateError as exc:
-            raise ChatTemplateError(f"the model's chat template failed: {exc}") from exc
+            raise ChatTemplateError(f"{named} failed: {exc}") from exc
         if strip_bos and bos_token and text.startswith(bos_token):
             text = text[len(bos_token) :]
         return text
 
-    return ChatTemplate(origin, render, _tool_family(source, render))
+    def render(messages: Messages, tools: Tools | None) -> str:
+        return render_with(messages, tools)
+
+    return ChatTemplate(
+        origin, render, _tool_family(source, render), _turn_ends(render_with, eos_token)
+    )
+
+
+_PROBE_REPLY = "superfluid probe reply"
+
+
+class _RenderWith(Protocol):
+    def __call__(self, messages: Messages, tools: Tools | None, *, opening: bool = ...) -> str: ...
+
+
+def _turn_ends(render_with: _RenderWith, eos_token: str) -> tuple[str, ...]:
+    """The marker a template writes after an assistant's words, read off two renderings: a
+    user turn with the assistant's opening, and the same conversation answered. What follows
+    the answer, up to the next assistant opening, is the marker (`<|im_end|>`, `<|eot_id|>`,
+    `<end_of_turn>`). Empty when the template shows none, or refuses the probe."""
+    asked = [{"role": "user", "content": "hello"}]
+    answered = [*asked, {"role": "assistant", "content": _PROBE_REPLY}]
+    try:
+        closed = render_with(asked, None, opening=False)
+        opened = render_with(asked, None, opening=True)
+        after = render_with(answered, None, opening=False)
+    except (ChatTemplateError, TypeError, ValueError, KeyError, AttributeError):
+        return ()
+    opening = opened[len(closed) :] if opened.startswith(closed) else ""
+    at = after.find(_PROBE_REPLY)
+    if at < 0:
+        return ()
+    tail = after[at + len(_PROBE_REPLY) :]
+    if opening and opening.strip() and opening.strip() in tail:
+        tail = tail[: tail.index(opening.strip())]
+    marker = tail.strip()
+    if not marker or len(marker) > 32 or any(c.isspace() for c in marker):
+        return ()
+    return (marker,) if marker != eos_token else ()
 
 
 def _tool_family(source: str, render: Render) -> ToolFamily | None:
@@ -251,6 +309,10 @@ def _tool_family(source: str, render: Render) -> ToolFamily | None:
     return family_of_template(source) if _PROBE_NAME in probed else None
 
 
+def _chatml(source: str) -> bool:
+    return "<|im_start|>" in source and "<|im_end|>" in source
+
+
 def select_chat_template(
     architecture: str,
     embedded: str | None,
@@ -258,49 +320,116 @@ def select_chat_template(
     bos_token: str,
     eos_token: str,
     adds_bos: bool,
+    tool_use: str | None = None,
 ) -> ChatTemplate:
     """The model's own template if it has one, else the architecture's built-in.
 
-    An embedded template that cannot take tools, on an architecture whose built-in can (Gemma's
-    official template has no tools), renders tool requests with the built-in.
+    Tool requests render with, in order: the model's `tool_use` template (Hugging Face's named
+    templates; a GGUF's `tokenizer.chat_template.tool_use`) when it takes tools; the model's own
+    template when it takes tools; else a built-in that speaks the same turns: Gemma's for Gemma
+    architectures (Gemma's official template has no tools), ChatML with Hermes-style calls for a
+    ChatML template (SmolLM2's, for one, shows no tools).
     """
     builtin = BUILTIN.get(architecture, PLAIN)
     if not embedded:
         return builtin
     own = jinja_template(embedded, bos_token=bos_token, eos_token=eos_token, strip_bos=adds_bos)
-    if own.tool_family is not None or builtin.tool_family is None:
+    if tool_use:
+        for_tools = jinja_template(
+            tool_use,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            strip_bos=adds_bos,
+            origin=f"{own.origin} tool_use",
+        )
+        if for_tools.tool_family is not None:
+            return with_tools_from(own, for_tools)
+    if own.tool_family is not None:
+        return own
+    if builtin.tool_family is None and _chatml(embedded):
+        builtin = CHATML
+    if builtin.tool_family is None:
         return own
     return with_tools_from(own, builtin)
 
 
 def with_tools_from(own: ChatTemplate, fallback: ChatTemplate) -> ChatTemplate:
-    """`own` for conversations without tools, `fallback` for those with."""
+    """`own` for conversations without tools, `fallback` for those with; either's turn markers
+    end a reply."""
 
     def render(messages: Messages, tools: Tools | None) -> str:
         return fallback.render(messages, tools) if tools else own.render(messages, None)
 
-    return ChatTemplate(f"{own.origin}+{fallback.origin} for tools", render, fallback.tool_family)
+    ends = tuple(dict.fromkeys((*own.turn_ends, *fallback.turn_ends)))
+    return ChatTemplate(
+        f"{own.origin}+{fallback.origin} for tools", render, fallback.tool_family, ends
+    )
 
 
 def template_file(path: str, *, bos_token: str, eos_token: str, strip_bos: bool) -> ChatTemplate:
-    """A template read from `--chat-template-file` (a Jinja file, or a JSON tokenizer config
-    with a `chat_template` field, as Hugging Face ships them)."""
+    """A template read from `--chat-template-file`: a Jinja file, or a JSON tokenizer config
+    with a `chat_template` field, as Hugging Face ships them (a string, or a list of named
+    templates: `default` for conversations, `tool_use` for requests with tools)."""
+    origin = f"--chat-template-file {path}"
+    default, tool_use = read_template_file(path)
+    own = jinja_template(
+        default, bos_token=bos_token, eos_token=eos_token, strip_bos=strip_bos, origin=origin
+    )
+    if tool_use is None:
+        return own
+    for_tools = jinja_template(
+        tool_use,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        strip_bos=strip_bos,
+        origin=f"{origin} (tool_use)",
+    )
+    return with_tools_from(own, for_tools) if for_tools.tool_family is not None else own
+
+
+def read_template_file(path: str) -> tuple[str, str | None]:
+    """The default template in `path`, and its `tool_use` template if it names one. Raises
+    ChatTemplateError naming the flag and the file."""
+    where = f"--chat-template-file {path}"
     try:
         with open(path, encoding="utf-8") as handle:
             source = handle.read()
-    except OSError as error:
-        raise ChatTemplateError(f"--chat-template-file {path}: {error.strerror or error}") from None
-    if path.endswith(".json"):
-        try:
-            source = json.loads(source)["chat_template"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+    except (OSError, UnicodeDecodeError) as error:
+        why = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise ChatTemplateError(f"{where}: {why}") from None
+    if not path.endswith(".json"):
+        return source, None
+    try:
+        field = json.loads(source)["chat_template"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise ChatTemplateError(f"{where}: a .json file must hold a `chat_template`") from None
+    if isinstance(field, list):  # Hugging Face's named templates
+        named = {
+            entry.get("name"): entry.get("template")
+            for entry in field
+            if isinstance(entry, dict) and isinstance(entry.get("template"), str)
+        }
+        default, tool_use = named.get("default"), named.get("tool_use")
+        if not default:
             raise ChatTemplateError(
-                f"--chat-template-file {path}: a .json file must hold a `chat_template` string"
-            ) from None
-        if isinstance(source, list):  # several named templates: the default one
-            source = next((t["template"] for t in source if t.get("name") == "default"), "")
-        if not isinstance(source, str) or not source:
-            raise ChatTemplateError(f"--chat-template-file {path}: no usable `chat_template`")
-    return jinja_template(
-        source, bos_token=bos_token, eos_token=eos_token, strip_bos=strip_bos, origin="file"
-    )
+                f"{where}: its `chat_template` list names no `default` template"
+            )
+        return default, tool_use or None
+    if not isinstance(field, str) or not field:
+        raise ChatTemplateError(f"{where}: its `chat_template` is not a template string")
+    return field, None
+
+
+def check_template_file(path: str) -> None:
+    """Read and parse a `--chat-template-file` before any model loads: a template that cannot
+    be read or does not parse is refused at startup, naming the flag and the file."""
+    default, tool_use = read_template_file(path)
+    for source, origin in ((default, path), (tool_use, f"{path} (tool_use)")):
+        if source is not None:
+            jinja_template(
+                source,
+                bos_token="",
+                eos_token="",
+                strip_bos=False,
+                origin=f"--chat-template-file {origin}",
+            )

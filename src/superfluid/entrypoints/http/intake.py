@@ -236,9 +236,9 @@ def tool_plan(body: ChatCompletionBody, host: ModelHost) -> ToolPlan | None:
     family = host.tool_family
     if kind is ToolChoice.AUTO and not host.template_takes_tools:
         raise bad_request(
-            f"the chat template of {host.name} cannot take tools, so the model cannot call"
-            " them; serve it with --chat-template-file naming a template that can, or force"
-            " a call with `tool_choice`",
+            f"{host.chat_template_origin} of {host.name} cannot take tools, so the"
+            " model cannot call them; serve it with --chat-template-file naming a template"
+            " that can, or force a call with `tool_choice`",
             "tools",
         )
     plan = ToolPlan(kind, functions, family, named, parallel=body.parallel_tool_calls is not False)
@@ -356,8 +356,12 @@ def sampling_params(
 def reply_stops(
     body: ChatCompletionBody | CompletionBody, host: ModelHost, *, chat: bool
 ) -> tuple[str, ...]:
-    """The strings that end a reply: the request's `stop`."""
-    return body.stop_strings
+    """The strings that end a reply: the request's `stop`, and for a chat the template's
+    end-of-turn markers, so a model whose end-of-generation token is another never writes on
+    into a turn it invents (and no tool call is read from one)."""
+    if not chat:
+        return body.stop_strings
+    return tuple(dict.fromkeys((*body.stop_strings, *host.turn_ends)))
 
 
 def generation_request(
@@ -386,10 +390,12 @@ def generation_request(
         )
     elif json_mode:
         constraint = JsonObjectConstraint(host.token_pieces(), host.capabilities.eos_tokens)
+    chat = isinstance(body, ChatCompletionBody)
     return GenerationRequest(
         prompt=prompt,
         params=sampling_params(body, host, defaults),
         max_tokens=max_tokens,
+        stop_tokens=host.turn_end_tokens() if chat else frozenset(),
         # Whether the lane may draft is GenerationRequest.may_draft's call (one rule).
         constraint=constraint,
         logprobs=logprobs_wanted(body),
