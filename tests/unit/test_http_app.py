@@ -213,21 +213,26 @@ def test_a_malformed_call_in_a_whole_reply_is_returned_as_text_and_logged(
     assert any("hermes tool call not parsed" in r.getMessage() for r in caplog.records)
 
 
-def test_a_malformed_call_in_a_stream_reaches_the_client_as_text() -> None:
+def test_a_call_that_breaks_before_its_name_reaches_a_stream_as_text() -> None:
+    text = 'Sure. <tool_call>{"arguments": {"x": 1</tool_call> more'
     streamed = StreamedCalls(auto_plan())
-    shown = "".join(streamed.push(MALFORMED[at : at + 7])[0] for at in range(0, len(MALFORMED), 7))
-    rest, deltas = streamed.finish("stop")
-    assert shown + rest == MALFORMED and deltas == [] and not streamed.called
+    said = [s for at in range(0, len(text), 7) for s in streamed.push(text[at : at + 7])]
+    said += streamed.finish("stop")
+    assert all(isinstance(s, str) for s in said) and "".join(map(str, said)) == text
+    assert not streamed.called
 
 
-def test_a_well_formed_streamed_call_leaves_as_deltas_after_the_text_before_it() -> None:
+def test_a_streamed_call_leaves_as_deltas_in_order_with_the_text_before_it() -> None:
     streamed = StreamedCalls(auto_plan())
-    shown = streamed.push('Sure. <tool_call>{"name": "f", ')[0]
-    shown += streamed.push('"arguments": {"x": 1}}</tool_call>')[0]
-    rest, deltas = streamed.finish("stop")
-    assert shown == "Sure. " and rest == "" and streamed.called
-    assert deltas[0]["function"] == {"name": "f", "arguments": ""}
-    assert "".join(d["function"]["arguments"] for d in deltas) == '{"x":1}'
+    first = streamed.push('Sure. <tool_call>{"name": "f", ')
+    assert first[0] == "Sure." and len(first) == 2 and streamed.called
+    (opening,) = first[1]
+    assert opening["index"] == 0 and opening["function"] == {"name": "f", "arguments": ""}
+    assert opening["type"] == "function" and opening["id"].startswith("call_")
+    assert streamed.push('"arguments": {"x": 1}}</tool_call>') == [
+        [{"index": 0, "function": {"arguments": '{"x": 1}'}}]
+    ]
+    assert streamed.finish("stop") == []
 
 
 def test_a_parser_flag_does_not_make_a_template_take_tools() -> None:

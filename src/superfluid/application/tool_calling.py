@@ -2,9 +2,10 @@
 
 - `none`: the model is not shown the tools and nothing is parsed.
 - `auto` (the default with tools): the model sees the tools through its chat template and may
-  call them in its family's format; the finished text is parsed (domain.tool_calls). The lane is
-  an ordinary lane: it speculates like any other, so a call that copies its context (a path, a
-  block of code) is drafted too, and greedy output is the same with or without speculation.
+  call them in its family's format; a stream reads the calls as they are written, a whole reply
+  is read when it ends (domain.tool_calls). The lane is an ordinary lane: it speculates like any
+  other, so a call that copies its context (a path, a block of code) is drafted too, and greedy
+  output is the same with or without speculation.
 - `required` or a named function: the promise is a call whose arguments validate against the
   function's `parameters`, whatever the model. That is a grammar lane (domain.json_schema):
   it writes the arguments object (a named function) or a list of
@@ -22,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from superfluid.domain.json_schema import Node, call_arguments, call_list
-from superfluid.domain.tool_calls import ParsedCall, ParsedReply, ToolFamily, parse_reply
+from superfluid.domain.tool_calls import ParsedCall, ParsedReply, ToolFamily, read_reply
 
 
 class ToolChoice(enum.Enum):
@@ -81,7 +82,7 @@ class ToolPlan:
         if self.forced:
             return self._read_forced(text, finish)
         if self.choice is ToolChoice.AUTO and self.family is not None:
-            return parse_reply(self.family, text)
+            return read_reply(self.family, text)
         return ParsedReply(text or None)
 
     def _read_forced(self, text: str, finish: str) -> ParsedReply:

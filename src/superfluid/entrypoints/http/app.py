@@ -171,7 +171,8 @@ def create_app(
             calls: tuple[CallOut, ...] = ()
             if tools is not None and tools.choice is not ToolChoice.NONE:
                 text, calls = _read_calls(tools, text, finish)
-                finish = "tool_calls" if calls else finish
+                # A reply cut by max_tokens says so, calls or not, as OpenAI's do.
+                finish = "tool_calls" if calls and finish == "stop" else finish
             return JSONResponse(
                 frame.reply(text, finish, totals, last.spec, logprobs, tool_calls=calls)
             )

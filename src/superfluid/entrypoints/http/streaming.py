@@ -12,7 +12,9 @@ last carries it (docs/contract.md §9), and a client that stops reading at the f
 sees it.
 
 Tool calls leave as OpenAI's deltas (`StreamedCalls`): a call's index, id, type and name first,
-then its arguments in fragments; the closing chunk then says `finish_reason: "tool_calls"`.
+then its arguments in fragments, each chunk in the order the reply wrote them; the closing chunk
+of a reply that called and ended by itself says `finish_reason: "tool_calls"` (one that hit
+`max_tokens` says "length").
 
 The first piece is awaited before the response starts (see app.py), so a failure before any
 byte is an ordinary HTTP error; a failure after the headers went out can only be told in the
@@ -30,7 +32,14 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from superfluid.application.tool_calling import ToolChoice, ToolPlan
-from superfluid.domain.tool_calls import ToolCallWatch
+from superfluid.domain.tool_calls import (
+    ArgumentsFragment,
+    CallOpened,
+    CallProblem,
+    Content,
+    ToolCallEvent,
+    ToolCallReader,
+)
 from superfluid.entrypoints.http.errors import SERVER_ERROR, error_body
 from superfluid.entrypoints.http.generation import Generation, Piece
 from superfluid.entrypoints.http.replies import (
@@ -41,6 +50,7 @@ from superfluid.entrypoints.http.replies import (
     call_deltas,
     call_fragment,
     call_opening,
+    new_call_id,
     usage,
 )
 from superfluid.entrypoints.http.schemas import StreamOptions
@@ -48,6 +58,9 @@ from superfluid.entrypoints.http.schemas import StreamOptions
 log = logging.getLogger("superfluid")
 
 DONE = "data: [DONE]\n\n"
+
+#: What a stream says next: content, or a chunk's tool-call deltas.
+Said = str | list[Json]
 
 
 def sse(payload: dict[str, Any]) -> str:
@@ -70,34 +83,32 @@ async def sse_events(
         while True:
             totals = usage(generation.prompt_tokens, piece.completion_tokens)
             owed.extend(piece.logprobs)
-            text, deltas = calls.push(piece.text)
-            if deltas:
-                yield sse(frame.chunk(None, with_role=role_owed, tool_calls=deltas))
-                role_owed = False
-            if text:
-                yield sse(
-                    frame.chunk(
-                        text,
-                        with_role=role_owed,
-                        usage_block=totals if options.continuous_usage_stats else None,
-                        logprobs=owed if wants_logprobs else None,
+            for said in calls.push(piece.text):
+                if isinstance(said, str):
+                    yield sse(
+                        frame.chunk(
+                            said,
+                            with_role=role_owed,
+                            usage_block=totals if options.continuous_usage_stats else None,
+                            logprobs=owed if wants_logprobs else None,
+                        )
                     )
-                )
+                    owed = []
+                else:
+                    yield sse(frame.chunk(None, with_role=role_owed, tool_calls=said))
                 role_owed = False
-                owed = []
             if piece.error is not None:
                 yield sse(error_body(piece.error, type=SERVER_ERROR))
                 break
             if piece.finish is not None:
                 finish = piece.finish
-                text, deltas = calls.finish(finish)
-                if text:
-                    yield sse(frame.chunk(text, with_role=role_owed))
+                for said in calls.finish(finish):
+                    if isinstance(said, str):
+                        yield sse(frame.chunk(said, with_role=role_owed))
+                    else:
+                        yield sse(frame.chunk(None, with_role=role_owed, tool_calls=said))
                     role_owed = False
-                if deltas:
-                    yield sse(frame.chunk(None, with_role=role_owed, tool_calls=deltas))
-                    role_owed = False
-                if calls.called:
+                if calls.called and finish == "stop":
                     finish = "tool_calls"
                 wants_usage = options.include_usage or options.continuous_usage_stats
                 yield sse(
@@ -126,11 +137,11 @@ async def sse_events(
 
 
 class StreamedCalls:
-    """What a stream shows of a reply's tool calls, piece by piece.
+    """What a stream shows of a reply's tool calls, piece by piece, in the reply's order.
 
-    - `auto`: content streams as it comes, except text that may open a call, which is held
-      (domain.tool_calls.ToolCallWatch) and parsed when the reply ends; its calls then leave as
-      deltas, or, if it was no call after all or a malformed one, as content.
+    - `auto`: the reply is read as it comes (domain.tool_calls.ToolCallReader): content leaves
+      at once, except text that may begin a call, which waits until it is known; a call leaves
+      as soon as its name is known, then its arguments as the model writes them.
     - a named function: the call opens at the first piece and each piece of the grammar's output
       is one fragment of its arguments, as it is generated.
     - `required`: the grammar writes a list of calls; it is parsed when the reply ends.
@@ -138,54 +149,71 @@ class StreamedCalls:
 
     def __init__(self, plan: ToolPlan | None) -> None:
         self._plan = plan
-        choice = plan.choice if plan is not None else None
-        self._watch = (
-            ToolCallWatch(plan.family)
-            if plan is not None and choice is ToolChoice.AUTO and plan.family is not None
-            else None
-        )
+        family = plan.family if plan is not None and plan.choice is ToolChoice.AUTO else None
+        self._reader = ToolCallReader(family) if family is not None else None
         self._forced = plan is not None and plan.forced
         self._raw: list[str] = []
-        self._opened: CallOut | None = None
+        self._named_id: str | None = None
         self.called = False
 
-    def push(self, text: str) -> tuple[str, list[Json]]:
-        """Content to send now, and tool-call deltas to send before it."""
-        if self._watch is not None:
-            return self._watch.push(text), []
-        if not self._forced or not text:
-            return ("" if self._forced else text), []
+    def push(self, text: str) -> list[Said]:
+        """What to send now, in order."""
+        if self._reader is not None:
+            return self._said(self._reader.push(text))
+        if not self._forced:
+            return [text] if text else []
+        if not text:
+            return []
         self._raw.append(text)
         plan = self._plan
         assert plan is not None
         if plan.choice is not ToolChoice.NAMED:
-            return "", []
+            return []
         deltas = []
-        if self._opened is None:
+        if self._named_id is None:
             assert plan.named is not None
-            self._opened = CallOut.new(plan.named, "")
-            deltas.append(call_opening(0, self._opened.id, plan.named))
+            self._named_id = new_call_id()
+            self.called = True
+            deltas.append(call_opening(0, self._named_id, plan.named))
         deltas.append(call_fragment(0, text))
-        return "", deltas
+        return [deltas]
 
-    def finish(self, finish: str) -> tuple[str, list[Json]]:
-        """Content and deltas still owed when the reply ends with `finish`."""
-        if self._watch is not None:
-            parsed = self._watch.finish()
-        elif self._plan is not None and self._forced:
-            if self._opened is not None:  # a named call has streamed already
-                self.called = finish == "stop"
-                return "", []
-            parsed = self._plan.read("".join(self._raw), finish)
-        else:
-            return "", []
+    def finish(self, finish: str) -> list[Said]:
+        """What is still owed when the reply ends with `finish`."""
+        if self._reader is not None:
+            return self._said(self._reader.finish())
+        if self._plan is None or not self._forced or self._named_id is not None:
+            return []  # no calls, or a named call that has streamed already
+        parsed = self._plan.read("".join(self._raw), finish)
         if parsed.problem is not None:
             log.warning("%s", parsed.problem)
         deltas: list[Json] = []
         for index, call in enumerate(parsed.calls):
             deltas += call_deltas(index, CallOut.new(call.name, call.arguments))
         self.called = bool(parsed.calls)
-        return parsed.content or "", deltas
+        said: list[Said] = [parsed.content] if parsed.content else []
+        return [*said, deltas] if deltas else said
+
+    def _said(self, events: list[ToolCallEvent]) -> list[Said]:
+        said: list[Said] = []
+
+        def delta(value: Json) -> None:
+            if said and isinstance(said[-1], list):
+                said[-1].append(value)  # one chunk for a call's deltas that come together
+            else:
+                said.append([value])
+
+        for event in events:
+            if isinstance(event, Content):
+                said.append(event.text)
+            elif isinstance(event, CallOpened):
+                self.called = True
+                delta(call_opening(event.index, new_call_id(), event.name))
+            elif isinstance(event, ArgumentsFragment):
+                delta(call_fragment(event.index, event.text))
+            elif isinstance(event, CallProblem):
+                log.warning("%s", event.why)
+        return said
 
 
 class GenerationStream(StreamingResponse):
