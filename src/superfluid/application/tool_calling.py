@@ -5,7 +5,9 @@
   call them in its family's format; a stream reads the calls as they are written, a whole reply
   is read when it ends (domain.tool_calls). The lane is an ordinary lane: it speculates like any
   other, so a call that copies its context (a path, a block of code) is drafted too, and greedy
-  output is the same with or without speculation.
+  output is the same with or without speculation. With `parallel_tool_calls` false the reply
+  ends where its first call closes (`first_call_end`): a cut made on the text alone, so it too
+  is the same with or without speculation.
 - `required` or a named function: the promise is a call whose arguments validate against the
   function's `parameters`, whatever the model. That is a grammar lane (domain.json_schema):
   it writes the arguments object (a named function) or a list of
@@ -23,7 +25,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from superfluid.domain.json_schema import Node, call_arguments, call_list
-from superfluid.domain.tool_calls import ParsedCall, ParsedReply, ToolFamily, read_reply
+from superfluid.domain.tool_calls import (
+    FirstCallEnd,
+    ParsedCall,
+    ParsedReply,
+    ToolFamily,
+    read_reply,
+)
 
 
 class ToolChoice(enum.Enum):
@@ -57,6 +65,13 @@ class ToolPlan:
     def shows_tools(self) -> bool:
         """Whether the prompt shows the model the tools."""
         return self.choice is not ToolChoice.NONE
+
+    def first_call_end(self) -> FirstCallEnd | None:
+        """Where the reply ends when it may make one call only: `auto` with
+        `parallel_tool_calls` false (a forced choice's grammar writes one call by itself)."""
+        if self.choice is ToolChoice.AUTO and not self.parallel and self.family is not None:
+            return FirstCallEnd(self.family)
+        return None
 
     def with_grammar(self) -> ToolPlan:
         """This plan with its forced output's grammar compiled; raises SchemaUnsupported

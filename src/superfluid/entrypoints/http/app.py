@@ -146,7 +146,8 @@ def create_app(
         tools: ToolPlan | None = None,
     ) -> Response:
         work = generation_request(body, host, prompt, defaults, tools)
-        generation = Generation(service, host, work, reply_stops(body, host, chat=chat))
+        ends = tools.first_call_end() if tools is not None else None
+        generation = Generation(service, host, work, reply_stops(body, host, chat=chat), ends=ends)
         frame = ReplyFrame(model=host.name, chat=chat)
         try:
             generation.start()

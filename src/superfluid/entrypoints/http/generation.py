@@ -5,10 +5,13 @@ quick and must not touch asyncio objects from that thread, so it only schedules 
 the request's queue in the event loop (`call_soon_threadsafe`). The loop side turns events into
 `Piece`s of text through a `TextStream`, which keeps UTF-8 characters whole and cuts stop
 strings. A piece is one committed event: an accepted draft is one piece with several tokens.
+A reply that may make one tool call only (`parallel_tool_calls` false) ends where its first call
+closes (`FirstCallEnd`), the way a stop string ends it: the text is cut there, the lane is
+cancelled, and the finish is "stop".
 
 Whoever holds a `Generation` must call `cancel()` when it stops listening (a finished reply, a
-client that hung up, a stop string): the lane is then freed at the worker's next tick.
-Cancelling a request that already finished is harmless.
+client that hung up, a stop string, a closed call): the lane is then freed at the worker's next
+tick. Cancelling a request that already finished is harmless.
 
 Logprobs (for a request that asked): each emitted token's entry waits until text from that token
 has been released, then leaves with the piece that released it, so a stream's chunk carries the
@@ -34,6 +37,7 @@ from superfluid.application.requests import Committed, Finish, GenerationRequest
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.application.text import TextStream
 from superfluid.domain.logprobs import TokenLogprob
+from superfluid.domain.tool_calls import FirstCallEnd
 from superfluid.entrypoints.http.errors import ClientGone
 from superfluid.entrypoints.http.replies import LogprobEntry, TopEntry
 
@@ -110,6 +114,8 @@ class Generation:
         host: ModelHost,
         request: GenerationRequest,
         stops: tuple[str, ...],
+        *,
+        ends: FirstCallEnd | None = None,
     ) -> None:
         self.request = request
         self.prompt_tokens = len(request.prompt)
@@ -118,6 +124,7 @@ class Generation:
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue[Committed] = asyncio.Queue()
         self._text = TextStream(host.detokenize, stops)
+        self._ends = ends  # where a one-call reply ends, read off its text
         self._completion_tokens = 0
         self._spec = SpecStats()
         self._ended = False
@@ -147,16 +154,20 @@ class Generation:
         text = self._text.push(event.tokens)
         if self._trail is not None:
             self._trail.push(event.tokens, event.logprobs)
-        if self._text.stopped:
-            # A stop string ends the reply here, whatever the lane would do next.
+        ends_here = event.finish in (Finish.STOP, Finish.LENGTH)
+        if ends_here and not self._text.stopped:
+            text += self._text.finish()
+        keep = self._ends.push(text) if self._ends is not None else None
+        if keep is not None or self._text.stopped:
+            # A stop string, or the one call's close, ends the reply here, whatever the lane
+            # would do next.
             self._ended = True
             self.cancel()
-            return self._piece(text, event, finish="stop")
+            return self._piece(text if keep is None else text[:keep], event, finish="stop")
         if event.finish is None:
             return self._piece(text, event)
         self._ended = True
-        if event.finish in (Finish.STOP, Finish.LENGTH):
-            text += self._text.finish()
+        if ends_here:
             return self._piece(text, event, finish=event.finish.value, everything=True)
         # CANCELLED only follows our own cancel(), after which nobody listens; ERROR is real.
         why = event.error or f"the request ended unexpectedly ({event.finish.value})"
