@@ -208,8 +208,8 @@ MALFORMED = 'Sure. <tool_call>{"name": "f", "arguments": {"x": 1</tool_call> mor
 def test_a_malformed_call_in_a_whole_reply_is_returned_as_text_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    text, calls = _read_calls(auto_plan(), MALFORMED, "stop")
-    assert (text, calls) == (MALFORMED, ())
+    text, calls, finish = _read_calls(auto_plan(), MALFORMED, "stop")
+    assert (text, calls, finish) == (MALFORMED, (), "stop")
     assert any("hermes tool call not parsed" in r.getMessage() for r in caplog.records)
 
 

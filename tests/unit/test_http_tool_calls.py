@@ -269,6 +269,19 @@ def test_a_reply_cut_by_max_tokens_inside_a_call_says_length(client: TestClient)
     assert choice["message"]["content"] == script[:cut_at]  # the cut call is text
 
 
+def test_a_reply_cut_by_max_tokens_after_its_calls_closed_says_tool_calls(
+    client: TestClient,
+) -> None:
+    script = '<tool_call>{"name": "noop", "arguments": {}}</tool_call> and then some more text'
+    cut_at = len(script) - 8
+    stream = chunks(client, "hermes-plain", script, max_tokens=cut_at)
+    assert finish_of(stream) == "tool_calls"
+    assert streamed_calls(accumulated(stream)) == [("noop", {})]
+    reply = whole(client, "hermes-plain", script, max_tokens=cut_at)
+    assert reply["choices"][0]["finish_reason"] == "tool_calls"
+    assert calls_in(reply["choices"][0]["message"]) == [("noop", {})]
+
+
 def test_a_call_that_breaks_after_its_name_left_stands_and_the_rest_is_content(
     client: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:

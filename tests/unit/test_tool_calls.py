@@ -18,6 +18,7 @@ from superfluid.domain.tool_calls import (
     ToolCallEvent,
     ToolCallReader,
     ToolFamily,
+    ends_inside_call,
     family_of_template,
     parse_reply,
     read_reply,
@@ -292,6 +293,29 @@ def test_a_reply_that_ends_inside_a_call_leaves_it_as_streamed() -> None:
     ended = reader.finish()
     assert [type(event) for event in ended] == [CallProblem]
     assert "the reply ended inside it" in problems_of(ended)[0]
+    assert reader.ended_inside_call
+
+
+@pytest.mark.parametrize(
+    ("family", "text", "inside"),
+    [
+        (
+            ToolFamily.HERMES,
+            '<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call> So',
+            False,
+        ),
+        (ToolFamily.HERMES, '<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_c', False),
+        (ToolFamily.HERMES, "Let me <tool_c", False),
+        (ToolFamily.HERMES, '<tool_call>{"na', True),
+        (ToolFamily.MISTRAL, "[TOOL_CALLS]f[AR", True),
+        (ToolFamily.PYTHONIC, "[f(x='a", True),
+        (ToolFamily.PYTHONIC, "[f(x='a'), g()", False),
+    ],
+)
+def test_the_reader_knows_whether_the_reply_ended_inside_a_call(
+    family: ToolFamily, text: str, inside: bool
+) -> None:
+    assert ends_inside_call(family, text) is inside
 
 
 def test_a_reply_that_ends_before_a_calls_name_gives_it_back_as_content() -> None:

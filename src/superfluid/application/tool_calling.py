@@ -30,6 +30,7 @@ from superfluid.domain.tool_calls import (
     ParsedCall,
     ParsedReply,
     ToolFamily,
+    ends_inside_call,
     read_reply,
 )
 
@@ -99,6 +100,24 @@ class ToolPlan:
         if self.choice is ToolChoice.AUTO and self.family is not None:
             return read_reply(self.family, text)
         return ParsedReply(text or None)
+
+    def finish_reason(self, finish: str, *, called: bool, cut_inside_call: bool) -> str:
+        """What a reply that ended with `finish` says: `tool_calls` when it called, unless
+        `max_tokens` cut it inside a call (`length`, as OpenAI's say)."""
+        if called and (finish == "stop" or (finish == "length" and not cut_inside_call)):
+            return "tool_calls"
+        return finish
+
+    def ends_inside_call(self, text: str) -> bool:
+        """Whether a reply of `text` ended inside a call: a forced reply whose grammar had not
+        finished (its text is no JSON yet), or an `auto` reply inside a call it had begun."""
+        if self.forced:
+            try:
+                json.loads(text)
+            except json.JSONDecodeError:
+                return True
+            return False
+        return self.family is not None and ends_inside_call(self.family, text)
 
     def _read_forced(self, text: str, finish: str) -> ParsedReply:
         # Only a reply cut short (max_tokens, a stop string) leaves the grammar unfinished.

@@ -332,17 +332,18 @@ _TOOL_CODE_FENCE, _FENCE = "```tool_code", "```"
 
 
 class _Broken(Exception):
-    """Text that cannot be read on as a call: why, and how many of the characters read last
-    are to be read again as content."""
+    """Text that cannot be read on as a call: why, how many of the characters read last are
+    to be read again as content, and whether it is the reply's end that cut it short."""
 
-    def __init__(self, why: str, unread: int) -> None:
+    def __init__(self, why: str, unread: int, *, ended: bool = False) -> None:
         super().__init__(why)
         self.why = why
         self.unread = unread
+        self.ended = ended
 
 
 def _ended() -> _Broken:
-    return _Broken("the reply ended inside it", 0)
+    return _Broken("the reply ended inside it", 0, ended=True)
 
 
 def _broken_at(ch: str, why: str) -> _Broken:
@@ -406,6 +407,7 @@ class ToolCallReader:
         self._loose: int | None = None
         self._rest_is_content = False  # the grammar has returned
         self._finished = False
+        self._ended_inside_call = False
         grammars = {
             ToolFamily.HERMES: self._hermes,
             ToolFamily.LLAMA3: self._llama3,
@@ -419,6 +421,11 @@ class ToolCallReader:
     def calls(self) -> int:
         """How many calls have opened so far."""
         return self._calls
+
+    @property
+    def ended_inside_call(self) -> bool:
+        """Whether the reply ended inside a call: one it had begun (its name sent or not)."""
+        return self._ended_inside_call
 
     def push(self, text: str) -> list[ToolCallEvent]:
         """The events `text`, the reply's next piece, settles."""
@@ -509,6 +516,7 @@ class ToolCallReader:
 
     def _abandon(self, broken: _Broken) -> None:
         """Stop reading calls: held text is content, and so is the rest of the reply."""
+        self._ended_inside_call = broken.ended
         family = self.family.value
         if self._loose is not None:
             self._events.append(
@@ -566,9 +574,10 @@ class ToolCallReader:
     def _expect(self, word: str, ch: str, why: str) -> _Reading[None]:
         """`word` from `ch` on, or _Broken with the reader stepped back to `ch`."""
         at = self._at - (ch != _END)
-        if not (yield from self._match(word, ch)):
+        matched = yield from self._match(word, ch)
+        if not matched:
             self._at = at
-            raise _Broken(why, 0)
+            raise _ended() if matched is None else _Broken(why, 0)
 
     def _content_until(self, markers: tuple[str, ...]) -> _Reading[str | None]:
         """Content up to the first of `markers`, which it returns (None: the reply ended).
@@ -1163,6 +1172,14 @@ def _compacted(arguments: str) -> str:
         return _arguments_text(json.loads(arguments))
     except (ValueError, _Malformed):
         return arguments
+
+
+def ends_inside_call(family: ToolFamily, text: str) -> bool:
+    """Whether a reply of `text` ended inside a call (as `max_tokens` cuts one short)."""
+    reader = ToolCallReader(family)
+    reader.push(text)
+    reader.finish()
+    return reader.ended_inside_call
 
 
 def read_reply(family: ToolFamily, text: str) -> ParsedReply:

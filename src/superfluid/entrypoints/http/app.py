@@ -171,9 +171,7 @@ def create_app(
             finish = last.finish
             calls: tuple[CallOut, ...] = ()
             if tools is not None and tools.choice is not ToolChoice.NONE:
-                text, calls = _read_calls(tools, text, finish)
-                # A reply cut by max_tokens says so, calls or not, as OpenAI's do.
-                finish = "tool_calls" if calls and finish == "stop" else finish
+                text, calls, finish = _read_calls(tools, text, finish)
             return JSONResponse(
                 frame.reply(text, finish, totals, last.spec, logprobs, tool_calls=calls)
             )
@@ -213,14 +211,17 @@ async def _whole_reply(generation: Generation) -> tuple[str, list[LogprobEntry],
             return "".join(texts), entries, piece
 
 
-def _read_calls(plan: ToolPlan, text: str, finish: str) -> tuple[str, tuple[CallOut, ...]]:
-    """A finished reply's tool calls and the content around them. A forced call cut short, or a
-    call the parser cannot read, leaves the whole reply as content (and a line in the log)."""
+def _read_calls(plan: ToolPlan, text: str, finish: str) -> tuple[str, tuple[CallOut, ...], str]:
+    """A finished reply's content, its tool calls, and the finish reason it shows. A forced call
+    cut short, or a call the parser cannot read, leaves the whole reply as content (and a line
+    in the log); a reply `max_tokens` cut inside a call says `length`."""
     parsed = plan.read(text, finish)
     if parsed.problem is not None:
         log.warning("%s", parsed.problem)
     calls = tuple(CallOut.new(call.name, call.arguments) for call in parsed.calls)
-    return (parsed.content or "") if calls else text, calls
+    cut_inside = finish == "length" and plan.ends_inside_call(text)
+    shown = plan.finish_reason(finish, called=bool(calls), cut_inside_call=cut_inside)
+    return (parsed.content or "") if calls else text, calls, shown
 
 
 def _raise_if_failed(piece: Piece) -> None:

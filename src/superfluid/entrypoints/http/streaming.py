@@ -13,8 +13,8 @@ sees it.
 
 Tool calls leave as OpenAI's deltas (`StreamedCalls`): a call's index, id, type and name first,
 then its arguments in fragments, each chunk in the order the reply wrote them; the closing chunk
-of a reply that called and ended by itself says `finish_reason: "tool_calls"` (one that hit
-`max_tokens` says "length").
+of a reply that called says `finish_reason: "tool_calls"`, unless `max_tokens` cut it inside a
+call ("length").
 
 The first piece is awaited before the response starts (see app.py), so a failure before any
 byte is an ordinary HTTP error; a failure after the headers went out can only be told in the
@@ -108,8 +108,7 @@ async def sse_events(
                     else:
                         yield sse(frame.chunk(None, with_role=role_owed, tool_calls=said))
                     role_owed = False
-                if calls.called and finish == "stop":
-                    finish = "tool_calls"
+                finish = calls.finish_reason(finish)
                 wants_usage = options.include_usage or options.continuous_usage_stats
                 yield sse(
                     frame.chunk(
@@ -177,6 +176,16 @@ class StreamedCalls:
             deltas.append(call_opening(0, self._named_id, plan.named))
         deltas.append(call_fragment(0, text))
         return [deltas]
+
+    def finish_reason(self, finish: str) -> str:
+        """What the closing chunk says of a reply that ended with `finish` (after `finish`)."""
+        if self._plan is None:
+            return finish
+        if self._reader is not None:
+            cut_inside = self._reader.ended_inside_call
+        else:
+            cut_inside = self._plan.ends_inside_call("".join(self._raw))
+        return self._plan.finish_reason(finish, called=self.called, cut_inside_call=cut_inside)
 
     def finish(self, finish: str) -> list[Said]:
         """What is still owed when the reply ends with `finish`."""
