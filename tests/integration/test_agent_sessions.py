@@ -192,6 +192,9 @@ def session(server: Server, model: str, seed: int, *, own_calls: bool) -> list[T
         messages,
         tools=[READ_FILE],
         tool_choice="auto" if own_calls else FORCED,
+        # One call per turn, as agents that run one tool at a time ask: the reply ends when
+        # the call closes, not when a base model's rambling after it reaches max_tokens.
+        parallel_tool_calls=False,
         max_tokens=40,
     )
     turns.append(first)
@@ -202,7 +205,7 @@ def session(server: Server, model: str, seed: int, *, own_calls: bool) -> list[T
             "content": f"Return the whole file with `{old}` renamed to `{new}`, and nothing else.",
         }
     )
-    edit = stream_turn(server, model, messages, max_tokens=200)
+    edit = stream_turn(server, model, messages, max_tokens=120)
     turns.append(edit)
     messages.append({"role": "assistant", "content": edit.content})
     messages.append({"role": "user", "content": f"Open {path} again."})
