@@ -8,6 +8,8 @@ pattern, and prompt-lookup drafts the copy). Forced calls (`tool_choice` naming 
 `required`) need no steering: the grammar writes them.
 
 Two servers, one speculating and one not: greedy tool-calling replies must be the same.
+Streamed `auto` calls leave as the model writes them (their names before the reply ends), and
+with `parallel_tool_calls` false the reply ends where its first call closes.
 """
 
 from __future__ import annotations
@@ -164,6 +166,19 @@ def streamed(server: Server, messages: list[dict[str, Any]], **options: Any) -> 
         return stream.get_final_completion()
 
 
+def chunks(server: Server, messages: list[dict[str, Any]], **options: Any) -> list[Any]:
+    """A streamed reply's chunks, as the client receives them."""
+    return list(
+        server.client().chat.completions.create(
+            model=FILE,
+            messages=messages,  # type: ignore[arg-type]
+            temperature=0,
+            stream=True,
+            **{"tools": [READ, GREP], "max_tokens": 80, **options},
+        )
+    )
+
+
 def test_the_model_calls_a_tool_and_the_client_reads_it(auto: Server) -> None:
     reply = ask(auto, ONE)
     assert reply.choices[0].finish_reason == "tool_calls"
@@ -236,3 +251,60 @@ def test_greedy_tool_calls_are_the_same_with_and_without_speculation(
     assert calls_of(spec) == calls_of(off)
     assert spec.choices[0].message.content == off.choices[0].message.content
     assert spec.usage.completion_tokens == off.usage.completion_tokens
+
+
+def test_an_auto_call_streams_its_name_before_the_reply_ends(plain: Server) -> None:
+    # The plain server commits a token at a time, so each chunk is one step of the model's.
+    stream = chunks(plain, ONE)
+    deltas = [
+        (at, delta)
+        for at, chunk in enumerate(stream)
+        if chunk.choices
+        for delta in chunk.choices[0].delta.tool_calls or []
+    ]
+    opened_at, opening = deltas[0]
+    assert (opening.index, opening.type, opening.function.name) == (0, "function", "read_file")
+    assert opening.id.startswith("call_")
+    finished_at = next(at for at, chunk in enumerate(stream) if chunk.choices[0].finish_reason)
+    # The arguments came in later chunks, as the model wrote them, and the reply went on after.
+    arguments_at = [at for at, delta in deltas if delta.function and delta.function.arguments]
+    assert opened_at < arguments_at[0] < finished_at
+    assert stream[finished_at].choices[0].finish_reason == "tool_calls"
+    fragments = "".join(delta.function.arguments or "" for _, delta in deltas if delta.index == 0)
+    assert [("read_file", json.loads(fragments))] == calls_of(ask(plain, ONE))
+
+
+@pytest.mark.parametrize("conversation", [ONE, TWO], ids=["one call", "two calls"])
+def test_streamed_auto_calls_join_to_the_whole_replys_calls(
+    auto: Server, conversation: list[dict[str, Any]]
+) -> None:
+    stream = chunks(auto, conversation)
+    joined: dict[int, list[str]] = {}
+    names: dict[int, str] = {}
+    for chunk in stream:
+        for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            if delta.function and delta.function.name:
+                names[delta.index] = delta.function.name
+            joined.setdefault(delta.index, []).append(
+                (delta.function.arguments or "") if delta.function else ""
+            )
+    made = [(names[i], json.loads("".join(joined[i]))) for i in sorted(names)]
+    assert made == calls_of(ask(auto, conversation))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_parallel_tool_calls_false_under_auto_returns_one_call(
+    auto: Server, plain: Server, stream: bool
+) -> None:
+    both = ask(plain, TWO)
+    assert len(calls_of(both)) >= 2  # the model makes two calls when it may
+    replies = [
+        (streamed if stream else ask)(server, TWO, parallel_tool_calls=False)
+        for server in (auto, plain)
+    ]
+    for reply in replies:
+        assert reply.choices[0].finish_reason == "tool_calls"
+        assert calls_of(reply) == calls_of(both)[:1]
+    # Generation ended when the first call closed, the same with speculation as without.
+    assert replies[1].usage.completion_tokens < both.usage.completion_tokens
+    assert replies[0].choices[0].message.content == replies[1].choices[0].message.content
