@@ -1,4 +1,4 @@
-"""Tool calls in a model's reply: one parser per format family, and a watch for streams.
+"""Tool calls in a model's reply: one parser per format family, and a reader for streams.
 
 Each model family writes a call its own way:
 
@@ -14,7 +14,9 @@ Each model family writes a call its own way:
 
 A parser returns the calls and the text around them (`content`). When a reply opens a call but
 the call does not parse, nothing is lost: the whole reply is content, and `problem` says why,
-for the server's log. Pure functions; `ast` reads pythonic calls without running anything.
+for the server's log. `ToolCallReader` reads the same formats while a reply streams (see the
+streams section), `read_reply` reads a whole one, and `FirstCallEnd` says where a reply that
+may make one call ends. Pure code; `ast` reads pythonic calls without running anything.
 """
 
 from __future__ import annotations
@@ -264,7 +266,8 @@ def parse_reply(family: ToolFamily, text: str) -> ParsedReply:
 # character by character, in the same formats, and says what each piece settles. Content leaves
 # as soon as it cannot begin a call; a call opens once its function name is known, and its
 # arguments follow as JSON text while the model writes them (pythonic arguments, which are
-# Python keywords, leave as one JSON fragment when the call's `)` closes).
+# Python keywords, leave as one JSON fragment when the call's `)` closes; arguments written as
+# a JSON string leave as the object it holds when the string ends).
 #
 # Text that may begin a call is held until it is known: a marker's first characters, or a JSON
 # call whose name has not come yet (its arguments, written first, wait for it). When held text
@@ -416,11 +419,6 @@ class ToolCallReader:
         }
         self._grammar = grammars[family]()
         next(self._grammar)
-
-    @property
-    def calls(self) -> int:
-        """How many calls have opened so far."""
-        return self._calls
 
     @property
     def ended_inside_call(self) -> bool:
