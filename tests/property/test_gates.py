@@ -240,8 +240,8 @@ def lane_state(policy, lane_count):
 def test_what_happens_at_one_lane_count_never_changes_another_gate(settings, tuning, seq):
     # The yield floor is per model by design (it abandons the whole strategy), so it is off here;
     # the per-model request count is shared too, as the clock re-probes are timed by. With
-    # adaptive depth on, shared acceptance may find that no class pays anywhere, which ends a
-    # probe at every lane count (`decline`); with it off, the gates are wholly apart.
+    # adaptive depth on, shared acceptance prices every lane count's drafts, so which ticks
+    # draft is shared; with it off, the gates are wholly apart.
     settings = dataclasses.replace(settings, adaptive=False)
     everything = SpecPolicy(settings, default_depth=4, tuning=tuning)
     lane_two_only = SpecPolicy(settings, default_depth=4, tuning=tuning)

@@ -285,17 +285,6 @@ def test_a_probe_of_learning_ticks_only_is_undecided_at_the_deadline():
     assert verdict is not None and verdict.undecided and gate.speculate
 
 
-def test_a_declined_probe_is_a_loss_and_a_decided_gate_ignores_decline():
-    gate = make_gate()
-    gate.decline()
-    assert gate.phase is Phase.PLAIN and gate.reprobe_at == 32
-    assert gate.last_verdict is not None and gate.last_verdict.declined
-    won = make_gate()
-    win(won)
-    won.decline()
-    assert won.phase is Phase.SPECULATE
-
-
 def test_the_deadline_restarts_with_every_probe():
     tuning = GateTuning(probe_ticks=4, window_ticks=20, early_stop_ticks=6, settle_ticks=12)
     gate = make_gate(tuning=tuning)

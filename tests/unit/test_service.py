@@ -214,8 +214,28 @@ def test_a_verdict_reads_as_one_line_that_says_what_was_compared():
         " requests (nothing drafted to measure; plain 126.8 tok/s over 167 ticks; a verdict"
         " needs a full probe's measured ticks each way)"
     )
-    declined = ThroughputVerdict(False, 0.0, 0.0, wait=32, declined=True)
-    assert describe_verdict(4, declined) == (
-        "throughput gate at 4 lanes: plain, re-probe after 32 requests (adaptive depth prices"
-        " every match class's draft above what it saves)"
-    )
+
+
+def test_an_undecided_gate_is_said_once_until_a_verdict_comes(caplog):
+    from types import SimpleNamespace
+
+    from superfluid.application.service import _log_verdicts, _Worker
+    from superfluid.domain.gates.throughput import ThroughputVerdict
+
+    caplog.set_level("INFO", logger="superfluid")
+    verdicts = {}
+    host = SimpleNamespace(name="m", policy=SimpleNamespace(verdicts=lambda: dict(verdicts)))
+    worker = _Worker(host)  # type: ignore[arg-type]
+
+    def undecided(plain_ticks):
+        return ThroughputVerdict(True, 0.0, 50.0, plain_ticks=plain_ticks, wait=4, undecided=True)
+
+    for said in (undecided(190), undecided(380), undecided(570)):
+        verdicts[1] = said
+        _log_verdicts(worker)
+    verdicts[1] = ThroughputVerdict(True, 90.0, 50.0, spec_ticks=24, plain_ticks=600)
+    _log_verdicts(worker)
+    lines = [r.getMessage() for r in caplog.records if "throughput gate" in r.getMessage()]
+    assert len(lines) == 2
+    assert "undecided" in lines[0] and "over 190 ticks" in lines[0]
+    assert ": speculate (" in lines[1]

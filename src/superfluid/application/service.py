@@ -281,9 +281,12 @@ def _log_verdicts(worker: _Worker) -> None:
     if policy is None:
         return
     for lane_count, verdict in policy.verdicts().items():
-        if worker.verdicts_logged.get(lane_count) is verdict:
+        before = worker.verdicts_logged.get(lane_count)
+        if before is verdict:
             continue
         worker.verdicts_logged[lane_count] = verdict
+        if before is not None and before.undecided and verdict.undecided:
+            continue  # still undecided: said once, until a verdict comes
         log.info("%s: %s", worker.host.name, describe_verdict(lane_count, verdict))
 
 
@@ -297,9 +300,7 @@ def describe_verdict(lane_count: int, verdict: ThroughputVerdict) -> str:
         outcome = "plain for good (re-probing is off)"
     else:
         outcome = f"plain, re-probe after {verdict.wait} requests"
-    if verdict.declined:
-        measured = "adaptive depth prices every match class's draft above what it saves"
-    elif verdict.spec_ticks == 0:
+    if verdict.spec_ticks == 0:
         measured = (
             f"nothing drafted to measure; plain {verdict.plain_rate:.1f} tok/s"
             f" over {verdict.plain_ticks} ticks"

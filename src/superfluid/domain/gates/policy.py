@@ -21,11 +21,13 @@ Who decides what:
   once per model (`AcceptanceModel`), so a lane count reached for the first time picks its
   depths from what the others learnt instead of learning again.
 
-Settling: a lane count where no match class would draft (every class tuned to 0) has nothing
-to probe, so its gate is told so (`ThroughputGate.decline`) and it decodes plainly until the
-re-probe; any other probe decides within the gate's `settle_ticks` once it has a full probe's
-ticks each way, and is undecided (measuring on) until then. The executor reports no tick on
-which no lane could draft: such a tick says nothing about speculation.
+Settling: a probe decides within the gate's `settle_ticks` once it has a full probe's ticks
+each way, and is undecided (measuring on) until then. A lane count where no match class
+drafts (every class tuned to 0) plans plain ticks while its gate stays in its probe: the
+depth controller's exploration still drafts now and then, so a class that starts paying (an
+agent's edit after its prose) is found and measured, not shut out for a re-probe's wait. The
+executor reports no tick on which no lane could draft: such a tick says nothing about
+speculation.
 
 Invariants: an abandoned policy always plans plain; a speculative plan's depth lies in
 1..depth_cap; what is recorded at one lane count never changes another's throughput verdict (the
@@ -309,15 +311,8 @@ class SpecPolicy:
         depth = self.depth(lane_count)
         if gate is not None:
             gate.record_plain_tick(committed, seconds)
-            if gate.probing and self._nothing_pays(depth):
-                gate.decline()
         # A plain step is the one-row verify step: it measures c(1) for the depth model.
         depth.record_step(1, seconds)
-
-    def _nothing_pays(self, depth: DepthController) -> bool:
-        """Every match class has learnt its depth, and none drafts at this lane count."""
-        classes = range(self.match_classes)
-        return all(depth.mode_of(k) is DepthMode.TUNED and depth.best(k) == 0 for k in classes)
 
 
 def _check_lane_count(lane_count: int) -> None:

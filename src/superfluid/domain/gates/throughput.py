@@ -65,9 +65,7 @@ Short of that the probe is undecided: it measures on, drafting where it can, its
 resting for `undecided_wait` finished requests, and the samples it keeps grow until they can
 settle the question. Agent traffic is the case: forced tool calls never draft, short answers
 rarely do, and a verdict on a handful of ticks would send the copy-heavy edits that follow to
-plain decoding. The policy also calls `decline` when no match class would draft at this lane
-count (the depth controller prices every draft below a plain step): there is nothing to
-probe, and the lane count is plain until the re-probe.
+plain decoding.
 
 Invariant: the gate holds no state about any other lane count.
 """
@@ -183,8 +181,6 @@ class ThroughputVerdict:
     #: No verdict: the probe ran out before a full probe's ticks each way. It measures on
     #: (speculating where it drafts), its deadline resting for `wait` requests.
     undecided: bool = False
-    #: A loss decided by adaptive depth, not by rates: no match class pays a draft here.
-    declined: bool = False
 
 
 def _measurable(committed: int, seconds: float) -> bool:
@@ -281,11 +277,6 @@ class ThroughputGate:
         their depth); it counts towards the settling deadline only."""
         self._past_deadline()
 
-    def decline(self) -> None:
-        """Nothing would draft at this lane count: a probe in progress ends as a loss."""
-        if self.probing:
-            self._lose(declined=True)
-
     @property
     def probing(self) -> bool:
         return self._phase in (Phase.WARM_UP, Phase.PROBE_SPEC, Phase.PROBE_PLAIN)
@@ -330,6 +321,7 @@ class ThroughputGate:
             return True
         self._verdict(speculate=True, wait=self.tuning.undecided_wait, undecided=True)
         self._deadline_rests_until = self._requests_seen + self.tuning.undecided_wait
+        self._probe_ticks = 0  # counted afresh once the rest is over
         return False
 
     def _advance_probe(self) -> None:
@@ -376,15 +368,15 @@ class ThroughputGate:
             return
         self._lose()
 
-    def _lose(self, *, declined: bool = False) -> None:
+    def _lose(self) -> None:
         self._deadline_rests_until = None
         outcome, wait = self.schedule.on_loss()
         if outcome is ReprobeOutcome.FINAL:
-            self._verdict(speculate=False, declined=declined)
+            self._verdict(speculate=False)
             self._phase = Phase.FINAL_PLAIN
             return
         self.last_wait = wait
-        self._verdict(speculate=False, wait=wait, declined=declined)
+        self._verdict(speculate=False, wait=wait)
         self._reprobe_at = self._requests_seen + wait
         self._phase = Phase.PLAIN
 
@@ -394,7 +386,6 @@ class ThroughputGate:
         speculate: bool,
         wait: int | None = None,
         undecided: bool = False,
-        declined: bool = False,
     ) -> None:
         self.last_verdict = ThroughputVerdict(
             speculate=speculate,
@@ -405,7 +396,6 @@ class ThroughputGate:
             wait=wait,
             at_deadline=self._probe_ticks >= self.tuning.settle_ticks,
             undecided=undecided,
-            declined=declined,
         )
 
     def _check_window(self) -> None:
