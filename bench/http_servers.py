@@ -176,13 +176,28 @@ def llama_server_binary() -> Path:
 
 
 def llama_server_spec(
-    system: str, binary: Path, model: Path, *, slots: int, ctx_size: int, threads: int
+    system: str,
+    binary: Path,
+    model: Path,
+    *,
+    slots: int,
+    ctx_size: int,
+    threads: int,
+    chat_template_file: Path | None = None,
 ) -> ServerSpec:
     """llama.cpp's `llama-server` in configuration `system` with `slots` parallel slots of
     `ctx_size` tokens each (it splits `--ctx-size` evenly between slots). A GGUF with a chat
     template is rendered by it (`--jinja`), as superfluid renders it; the demo GGUF carries none,
     and `--no-jinja --chat-template gemma` is llama.cpp's built-in Gemma turn format, which
-    renders the prompt superfluid renders (the same prompt token counts)."""
+    renders the prompt superfluid renders (the same prompt token counts). `chat_template_file`
+    replaces either with a Jinja template (`--jinja --chat-template-file`): tool calling needs
+    one that shows tools."""
+    if chat_template_file is not None:
+        template: tuple[str, ...] = ("--jinja", "--chat-template-file", str(chat_template_file))
+    elif has_chat_template(model):
+        template = ("--jinja",)
+    else:
+        template = ("--no-jinja", "--chat-template", "gemma")
     argv = (
         str(binary),
         "--model",
@@ -197,7 +212,7 @@ def llama_server_spec(
         str(threads),
         "--threads-batch",
         str(threads),
-        *(("--jinja",) if has_chat_template(model) else ("--no-jinja", "--chat-template", "gemma")),
+        *template,
         "--host",
         "127.0.0.1",
         "--port",
