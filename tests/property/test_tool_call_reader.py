@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import keyword
 from typing import Any
 
 from hypothesis import given, settings
@@ -33,8 +34,13 @@ from superfluid.domain.tool_calls import (
     read_reply,
 )
 
-NAMES = st.from_regex(r"[a-z_][a-z0-9_]{0,7}(\.[a-z_][a-z0-9_]{0,3})?", fullmatch=True)
-KEYS = st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True)
+# Function names are Python identifiers (a pythonic call is Python syntax): no keywords.
+NAMES = st.from_regex(r"[a-z_][a-z0-9_]{0,7}(\.[a-z_][a-z0-9_]{0,3})?", fullmatch=True).filter(
+    lambda name: not any(keyword.iskeyword(part) for part in name.split("."))
+)
+KEYS = st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True).filter(
+    lambda key: not keyword.iskeyword(key)  # pythonic arguments are Python keywords
+)
 SCALARS = st.one_of(
     st.none(),
     st.booleans(),
