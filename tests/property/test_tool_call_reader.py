@@ -48,11 +48,13 @@ SCALARS = st.one_of(
     st.floats(-1e6, 1e6, allow_nan=False).filter(lambda x: x == 0 or abs(x) > 1e-6),
     st.text(alphabet="ab \"\\'é\n)(]}{[,", max_size=6),
 )
-VALUES = st.recursive(
-    SCALARS,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3),
-    max_leaves=6,
-)
+
+
+def containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=3)
+
+
+VALUES = st.recursive(SCALARS, containers, max_leaves=6)
 ARGUMENTS = st.dictionaries(KEYS, VALUES, max_size=4)
 #: Prose around calls: no marker can begin in it, and it never starts like a call.
 PROSE = st.text(alphabet="abc xyz.,!?é\n", max_size=12).map(lambda t: f"So{t}" if t else t)
