@@ -60,6 +60,7 @@ import openai
 
 from bench.agent_workload import (
     CALL_BUDGET,
+    EDIT_STOP,
     READ_FILE_PARAMETERS,
     SYSTEM,
     TOOLS,
@@ -68,6 +69,7 @@ from bench.agent_workload import (
     call_line,
     call_valid,
     called_path,
+    closed,
     edit_budget,
     edit_exact,
     edit_line,
@@ -355,8 +357,9 @@ class Side:
             "temperature": 0.0,
             "stream": True,
         }
-        if kind == "call":
-            body["parallel_tool_calls"] = False  # one file per call turn
+        body["parallel_tool_calls"] = False  # one file at a time
+        if kind == "edit":
+            body["stop"] = [EDIT_STOP]
         if self.schema_call(kind):
             body["response_format"] = ARGUMENTS_FORMAT
         if self.llama:
@@ -507,6 +510,7 @@ async def run_session(side: Side, plan: SessionPlan, round_: int, client: int) -
             ):
                 messages.append({"role": "user", "content": line})
                 turn, text = await stream_turn(side, messages, kind, budget)
+                text = closed(text) if kind == "edit" else text
                 exact = edit_exact(source, text) if kind == "edit" else None
                 turn = replace(turn, cycle=cycle, path_asked=source.path, edit_exact=exact)
                 turns.append(turn)
@@ -1150,6 +1154,16 @@ def method() -> list[str]:
         "jsonschema-rs). *edits exact*: edit replies whose code block is the correctly edited "
         "file.",
         "",
+        "Templates: superfluid renders with the model's own (SmolLM2: its ChatML, and for "
+        "requests with tools its built-in ChatML with Hermes-style `<tool_call>` blocks; the "
+        "demo model: its built-in Gemma turns, which show tools and calls Python-style). "
+        "llama-server runs with `--jinja --chat-template-file`: for SmolLM2 a Jinja copy of "
+        "superfluid's ChatML-with-tools template (the same prompts: compare *prompt tokens*); "
+        "for the demo model Gemma's turns with Hermes-style blocks, since llama-server builds "
+        'no call grammar from the Python-style template (a forced call fails with "failed '
+        "to parse grammar\"), so its prompts differ from superfluid's in how tools and calls "
+        "are written.",
+        "",
         "Per client count, every system runs the same sessions, run by run, the order "
         "reversed every other run. superfluid auto and off are up throughout; each "
         "llama-server configuration gets a server with `-np` = clients. Before a drafting "
@@ -1211,6 +1225,11 @@ def measure_and_report(args: argparse.Namespace, argv: list[str] | None) -> None
         run, measured = measure_model(args, name, notes)
         runs.append(run)
         cells += measured
+    if float(load_before.split()[0]) >= args.wait_load > 0:
+        notes.append(
+            f"measuring began with a 1-minute load of {load_before.split()[0]} "
+            f"(≥ {args.wait_load}): figures are noisier"
+        )
     shown_argv = argv if argv is not None else sys.argv[1:]
     results = Results(
         command=f".venv/bin/python -m bench.agent_bench {shlex.join(shown_argv)}".rstrip(),

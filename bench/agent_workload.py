@@ -294,6 +294,20 @@ def edit_budget(source: SourceFile) -> int:
 CALL_BUDGET = 64
 
 
+#: Edit turns stop where the code block closes. The base model never ends its turn: after the
+#: block it runs on to `max_tokens` in made-up turns, which llama-server's parser reads as
+#: tool calls (a dozen per reply, each answered with the file, until the context is full) and
+#: superfluid's does not. An agent that asked for a code block stops reading there; so does
+#: the bench, on every server alike.
+EDIT_STOP = "\n```"
+
+
+def closed(text: str) -> str:
+    """An edit reply with the fence the stop cut off put back, so the conversation carries the
+    block whole (as the model wrote it, whatever the server's stop handling)."""
+    return text + EDIT_STOP if text.count("```") % 2 else text
+
+
 def code_block(text: str) -> str | None:
     """The first fenced code block of a reply, without its fences (None: there is none)."""
     match = re.search(r"```[a-zA-Z]*\n(.*?)```", text, re.DOTALL)
