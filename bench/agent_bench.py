@@ -679,8 +679,10 @@ def auto_refusal(base: str, model: str) -> str | None:
         return f"HTTP {answer.status_code}"
 
 
-def shown(spec: ServerSpec, clients: int | None = None) -> str:
-    text = spec.shown()
+def shown(spec: ServerSpec, log_dir: Path, clients: int | None = None) -> str:
+    """The command as the report prints it: paths under the work tree relative to it, the
+    template file under `<log-dir>` (the bench writes it there)."""
+    text = spec.shown().replace(str(log_dir), "<log-dir>").replace(f"{Path.cwd()}/", "")
     if clients is not None:
         text = text.replace(f"-np {clients}", "-np <clients>")
     return text
@@ -744,7 +746,7 @@ def measure_model(
             calls,
             "none" if refused is not None else "auto",
             refused,
-            {spec.system: shown(spec) for spec, _ in servers},
+            {spec.system: shown(spec, args.log_dir) for spec, _ in servers},
             template.name,
         )
         for clients, sessions in zip(args.clients, args.sessions, strict=True):
@@ -774,7 +776,7 @@ def measure_clients(
             except ServerFailed as error:
                 notes.append(f"{path.name}, {clients} client(s): {spec.system} failed: {error}")
                 continue
-            run.servers[spec.system] = shown(spec, clients)
+            run.servers[spec.system] = shown(spec, args.log_dir, clients)
         return asyncio.run(_measure(args, run, up, clients, sessions))
 
 
@@ -814,6 +816,10 @@ def _percent(value: float | None) -> str:
     return f"{value:.0%}" if value is not None else "–"
 
 
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 def _acceptance(turns: list[Turn]) -> float | None:
     proposed = sum(t.proposed for t in turns)
     return sum(t.accepted for t in turns) / proposed if proposed else None
@@ -824,6 +830,8 @@ class CellFigures:
     session: float | None  # median seconds of the sessions that finished
     sessions: tuple[float, ...]  # every finished session's seconds, in run order
     later_ttft: float | None  # median TTFT of every turn but each session's first
+    call_seconds: float | None  # median seconds of a call turn
+    edit_seconds: float | None  # median seconds of an edit turn
     edit_acceptance: float | None
     call_acceptance: float | None
     edit_proposed: int
@@ -850,6 +858,8 @@ class CellFigures:
             statistics.median(s.seconds for s in done) if done else None,
             tuple(s.seconds for s in done),
             statistics.median(later) if later else None,
+            _median([t.seconds for t in call_turns]),
+            _median([t.seconds for t in edits]),
             _acceptance(edits),
             _acceptance(call_turns),
             sum(t.proposed for t in edits),
@@ -919,17 +929,24 @@ def identity(cell: Cell | None, reference: Cell | None) -> Identity | None:
 
 # -- the report -------------------------------------------------------------------------------
 
-COLUMNS = (
+#: The timing table, then what the turns did.
+TIME_COLUMNS = (
     "clients",
     "system",
     "sessions",
     "session s (median)",
     "vs off",
     "later-turn TTFT ms",
-    "edit-turn acceptance",
-    "call-turn acceptance",
+    "call turn s",
+    "edit turn s",
     "tokens / session",
     "prompt tokens, turn 1",
+)
+TURN_COLUMNS = (
+    "clients",
+    "system",
+    "edit-turn acceptance",
+    "call-turn acceptance",
     "call turns that called",
     "calls valid",
     "path as asked",
@@ -954,7 +971,11 @@ def _cells(results: Results, model: str, clients: int) -> dict[str, Cell]:
     return {c.system: c for c in results.cells if c.model == model and c.clients == clients}
 
 
-def results_table(results: Results, model: str) -> list[str]:
+def _seconds(value: float | None) -> str:
+    return f"{value:.2f}" if value is not None else "–"
+
+
+def time_table(results: Results, model: str) -> list[str]:
     rows = []
     for clients in _client_counts(results, model):
         cells = _cells(results, model, clients)
@@ -966,20 +987,36 @@ def results_table(results: Results, model: str) -> list[str]:
                     str(clients),
                     short(system),
                     f"{len(f.sessions)}" + (f" ({f.failed} failed)" if f.failed else ""),
-                    f"{f.session:.2f}" if f.session is not None else "–",
+                    _seconds(f.session),
                     f"{ratio:.2f}×" if ratio is not None else "–",
                     _ms(f.later_ttft),
-                    _acceptance_text(f.edit_acceptance, f.edit_proposed),
-                    _acceptance_text(f.call_acceptance, f.call_proposed),
+                    _seconds(f.call_seconds),
+                    _seconds(f.edit_seconds),
                     f"{f.tokens:.0f}" if f.tokens is not None else "–",
                     str(f.prompt_tokens or "–"),
+                ]
+            )
+    return _rows(TIME_COLUMNS, rows)
+
+
+def turn_table(results: Results, model: str) -> list[str]:
+    rows = []
+    for clients in _client_counts(results, model):
+        for system, cell in _cells(results, model, clients).items():
+            f = CellFigures.of(cell)
+            rows.append(
+                [
+                    str(clients),
+                    short(system),
+                    _acceptance_text(f.edit_acceptance, f.edit_proposed),
+                    _acceptance_text(f.call_acceptance, f.call_proposed),
                     f.called,
                     f.valid_calls,
                     f.path_right,
                     f.edits_exact,
                 ]
             )
-    return _rows(COLUMNS, rows)
+    return _rows(TURN_COLUMNS, rows)
 
 
 def _client_counts(results: Results, model: str) -> list[int]:
@@ -988,8 +1025,11 @@ def _client_counts(results: Results, model: str) -> list[int]:
 
 def best_llama(cells: dict[str, Cell]) -> Cell | None:
     """The llama-server configuration with the shortest median session."""
-    timed = [(CellFigures.of(c).session, c) for s, c in cells.items() if is_llama_server(s)]
-    timed = [(t, c) for t, c in timed if t is not None]
+    timed: list[tuple[float, Cell]] = []
+    for system, cell in cells.items():
+        seconds = CellFigures.of(cell).session
+        if is_llama_server(system) and seconds is not None:
+            timed.append((seconds, cell))
     return min(timed, key=lambda pair: pair[0])[1] if timed else None
 
 
@@ -1077,7 +1117,8 @@ def model_section(results: Results, run: ModelRun) -> list[str]:
     if run.auto_refused:
         lines.append(f"- superfluid refused `tool_choice: auto`: {run.auto_refused}")
     lines += ["", *summary_lines(results, run.name)]
-    lines += results_table(results, run.name)
+    lines += time_table(results, run.name)
+    lines += turn_table(results, run.name)
     lines += ["Each session's time:", "", *per_session_table(results, run.name)]
     lines += [
         "Greedy replies equal turn by turn (text and calls, call ids aside), compared while "
