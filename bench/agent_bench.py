@@ -572,10 +572,11 @@ async def warm_up(args: argparse.Namespace, side: Side, clients: int, first: int
     return timeline
 
 
-async def prime(side: Side) -> None:
+async def prime(side: Side, round_: int) -> None:
     """One short forced call: a fresh server's first decode allocates its graphs, and
-    llama-server compiles the tool grammar."""
-    plan = session_plan(0, 0, 1, 8)
+    llama-server compiles the tool grammar. Its file is round `round_`'s, which no session
+    uses."""
+    plan = session_plan(round_, 0, 1, 8)
     messages = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": call_line(plan.files[0])},
@@ -591,7 +592,7 @@ async def measure_cell(
     number = next(_CELLS) * ROUNDS_PER_CELL
     timelines: dict[str, list[str]] = {side.system: [] for side in sides}
     for side in sides:
-        await prime(side)
+        await prime(side, number + ROUNDS_PER_CELL - 1)
         if drafting(side.system):
             timelines[side.system] += await warm_up(args, side, clients, number + WARM_UP_FROM)
     recorded: dict[str, list[Session]] = {side.system: [] for side in sides}
@@ -1181,7 +1182,10 @@ def method() -> list[str]:
         "streamed, carries the tool, and has `max_tokens` enough for the file. Every call is "
         "answered with the cycle's file, whatever path it names (*path as asked* counts "
         "those that named the right one); a call turn without a usable call is followed by "
-        "the user pasting the file.",
+        "the user pasting the file. Every session opens with the same instructions and one "
+        "worked cycle (as an agent's instructions are the same from task to task; a server "
+        "may reuse that prefix across sessions): the small models follow a pattern they have "
+        "seen, not one described. Edit turns stop at the code block's closing fence.",
         "",
         "Each system continues its sessions from its own replies. *session s*: a session's "
         "wall time, from its first request to its last reply; *vs off*: the median over "
