@@ -25,6 +25,7 @@ from typing import Any
 
 import openai
 import pytest
+from bench.agent_workload import GEMMA_HERMES
 
 from tests.integration.conftest import model_cache
 from tests.integration.serving import Server, started
@@ -34,35 +35,8 @@ pytestmark = pytest.mark.slow
 DEMO = "gemma3-270m-q4_k_m.gguf"
 INSTRUCT = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-#: Gemma's turns with Hermes-style tools, so the base model can call a tool on its own: earlier
-#: turns that called `read_file` steer greedy decoding into calling it again.
-GEMMA_HERMES = """\
-{%- if tools -%}
-<start_of_turn>user
-You can call these tools. Each line is one tool's JSON signature:
-<tools>
-{% for tool in tools %}{{ tool | tojson }}
-{% endfor %}</tools>
-To call a tool, write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>.<end_of_turn>
-{% endif -%}
-{%- for message in messages -%}
-{%- if message.role == "assistant" -%}
-<start_of_turn>model
-{% if message.content %}{{ message.content }}{% endif %}\
-{% for call in message.tool_calls or [] %}<tool_call>{"name": "{{ call.function.name }}", \
-"arguments": {{ call.function.arguments | tojson }}}</tool_call>{% endfor %}<end_of_turn>
-{% elif message.role == "tool" -%}
-<start_of_turn>user
-<tool_response>{{ message.content }}</tool_response><end_of_turn>
-{% else -%}
-<start_of_turn>user
-{{ message.content }}<end_of_turn>
-{% endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-<start_of_turn>model
-{% endif -%}
-"""
+# The base model takes tools through Gemma's turns with Hermes-style blocks (the bench's
+# template, GEMMA_HERMES); earlier turns that called `read_file` steer it into calling again.
 CHATML = """\
 {% for m in messages %}<|im_start|>{{ m.role }}
 {{ m.content }}<|im_end|>

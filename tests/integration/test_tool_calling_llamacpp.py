@@ -22,6 +22,7 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
+from bench.agent_workload import GEMMA_HERMES
 
 from tests.integration.conftest import model_cache
 from tests.integration.gguf_edit import with_metadata
@@ -30,33 +31,6 @@ from tests.integration.serving import Server, calls_of, started
 pytestmark = pytest.mark.slow
 
 FILE = "gemma-tools.gguf"
-TEMPLATE = """\
-{%- if tools -%}
-<start_of_turn>user
-You can call these tools. Each line is one tool's JSON signature:
-<tools>
-{% for tool in tools %}{{ tool | tojson }}
-{% endfor %}</tools>
-To call a tool, write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>.<end_of_turn>
-{% endif -%}
-{%- for message in messages -%}
-{%- if message.role == "assistant" -%}
-<start_of_turn>model
-{% if message.content %}{{ message.content }}{% endif %}\
-{% for call in message.tool_calls or [] %}<tool_call>{"name": "{{ call.function.name }}", \
-"arguments": {{ call.function.arguments | tojson }}}</tool_call>{% endfor %}<end_of_turn>
-{% elif message.role == "tool" -%}
-<start_of_turn>user
-<tool_response>{{ message.content }}</tool_response><end_of_turn>
-{% else -%}
-<start_of_turn>user
-{{ message.content }}<end_of_turn>
-{% endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-<start_of_turn>model
-{% endif -%}
-"""
 
 READ_PARAMETERS = {
     "type": "object",
@@ -126,7 +100,7 @@ TWO = [
 @pytest.fixture(scope="module")
 def model(demo_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("gguf") / FILE
-    return with_metadata(demo_gguf, target, {"tokenizer.chat_template": TEMPLATE})
+    return with_metadata(demo_gguf, target, {"tokenizer.chat_template": GEMMA_HERMES})
 
 
 def serve(model: Path, speculate: str) -> Iterator[Server]:
