@@ -37,7 +37,7 @@ import mlx_lm
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
-from superfluid.adapters.chat_templates import Messages, Tools, describe_origin
+from superfluid.adapters.chat_templates import Messages, TemplatedChat, Tools
 from superfluid.adapters.closing import ClosedOnExit
 from superfluid.adapters.mlx import ModelLoadError
 from superfluid.adapters.mlx.chat import chat_template_file, chat_template_of
@@ -46,14 +46,13 @@ from superfluid.adapters.mlx.pieces import Pieces
 from superfluid.adapters.sequences import BROKEN, SequenceTable
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
 from superfluid.domain.strategies import Strategy
-from superfluid.domain.tool_calls import ToolFamily
 
 MAX_VERIFY_ROWS = 16
 # Prompt tokens per forward pass: a longer feed (prefill) runs as several, over the same cache.
 PREFILL_STEP = 512
 
 
-class MlxRuntime(ClosedOnExit):
+class MlxRuntime(TemplatedChat, ClosedOnExit):
     """A loaded MLX model behind the `Runtime` port (see application/ports.py)."""
 
     def __init__(
@@ -139,20 +138,9 @@ class MlxRuntime(ClosedOnExit):
         return self.pieces(tokens)
 
     def chat_prompt(self, messages: Messages, tools: Tools | None = None) -> str:
+        # TemplatedChat's, under the lock the tokenizer's other users take.
         with self._text_lock:
             return self.chat_template(messages, tools)
-
-    @property
-    def tool_family(self) -> ToolFamily | None:
-        return self.chat_template.tool_family
-
-    @property
-    def turn_ends(self) -> tuple[str, ...]:
-        return self.chat_template.turn_ends
-
-    @property
-    def chat_template_origin(self) -> str:
-        return describe_origin(self.chat_template.origin)
 
     def use_chat_template_file(self, path: str) -> None:
         self.chat_template = chat_template_file(path, self._tokenizer, adds_bos=self._adds_bos)
