@@ -80,12 +80,14 @@ from bench.agent_workload import (
 )
 from bench.http_bench import (
     LLAMA_SERVER_EXTRA,
+    chosen_systems,
     cpu_model,
     gate_at,
     gate_settled,
     loadavg,
     log,
     nproc,
+    require_llama_server,
     wait_for_quiet,
 )
 from bench.http_load import STREAM_OPTIONS, Timeline, _Count, _spec, _timings, client_for, digest
@@ -95,7 +97,6 @@ from bench.http_servers import (
     ServerFailed,
     ServerSpec,
     has_chat_template,
-    llama_server_binary,
     llama_server_spec,
     running,
     superfluid_spec,
@@ -186,27 +187,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         else Path("docs/benchmarks/agent-sessions")
     )
     args.models = tuple(m.strip() for m in args.models.split(",") if m.strip())
-    args.systems = _systems(parser, args.systems)
-    if any(is_llama_server(s) for s in args.systems) and args.from_raw is None:
-        args.llama_server = args.llama_server or llama_server_binary()
-        if not args.llama_server.is_file():
-            parser.error(
-                f"no llama-server at {args.llama_server}: build it with "
-                "`sh bench/build_llama_server.sh`, or leave it out with --systems"
-            )
+    args.systems = chosen_systems(parser, args.systems, SYSTEMS)
+    require_llama_server(parser, args)
     return args
-
-
-def _systems(parser: argparse.ArgumentParser, text: str) -> tuple[str, ...]:
-    chosen: list[str] = []
-    for entry in (s.strip() for s in text.split(",") if s.strip()):
-        matches = [s for s in SYSTEMS if s.startswith(entry[:-1])] if entry.endswith("*") else []
-        if entry in SYSTEMS:
-            matches = [entry]
-        if not matches:
-            parser.error(f"unknown system {entry!r}; choose from {', '.join(SYSTEMS)}")
-        chosen += [m for m in matches if m not in chosen]
-    return tuple(chosen)
 
 
 # -- records ----------------------------------------------------------------------------------

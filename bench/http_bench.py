@@ -218,15 +218,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in args.workloads:
         if name not in WORKLOADS:
             parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
+    args.systems = chosen_systems(parser, args.systems, SYSTEMS)
+    require_llama_server(parser, args)
+    return args
+
+
+def chosen_systems(
+    parser: argparse.ArgumentParser, text: str, known: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The `--systems` entries among `known`, in order; an entry ending in `*` is a prefix."""
     chosen: list[str] = []
-    for entry in (s.strip() for s in args.systems.split(",") if s.strip()):
-        matches = [s for s in SYSTEMS if s.startswith(entry[:-1])] if entry.endswith("*") else []
-        if entry in SYSTEMS:
+    for entry in (s.strip() for s in text.split(",") if s.strip()):
+        matches = [s for s in known if s.startswith(entry[:-1])] if entry.endswith("*") else []
+        if entry in known:
             matches = [entry]
         if not matches:
-            parser.error(f"unknown system {entry!r}; choose from {', '.join(SYSTEMS)}")
+            parser.error(f"unknown system {entry!r}; choose from {', '.join(known)}")
         chosen += [m for m in matches if m not in chosen]
-    args.systems = tuple(chosen)
+    return tuple(chosen)
+
+
+def require_llama_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Set `args.llama_server` when a chosen system is llama-server, or stop: it is not built."""
     if any(is_llama_server(s) for s in args.systems) and args.from_raw is None:
         args.llama_server = args.llama_server or llama_server_binary()
         if not args.llama_server.is_file():
@@ -235,7 +248,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 "`sh bench/build_llama_server.sh` (once, about 10 minutes on 2 cores), or leave "
                 "it out with --systems"
             )
-    return args
 
 
 # -- the machine ------------------------------------------------------------------------------
