@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from superfluid.entrypoints.cli import _listen
+from superfluid.entrypoints.server import listen
 
 
 def _ipv6_loopback() -> bool:
@@ -58,5 +58,5 @@ async def _accepted_nodelay(sock: socket.socket) -> int:
     ],
 )
 def test_accepted_connections_have_nagle_off(host):
-    sock = _listen(host, 0)
+    sock = listen(host, 0)
     assert asyncio.run(_accepted_nodelay(sock)) != 0
