@@ -1,6 +1,6 @@
 """`superfluid serve` as a subprocess, the way a user runs it, for the serve-level tests.
 
-`started(args, env)` starts a server on a free port and yields a `Server` once it listens; stderr
+`started(args, env)` starts a server on a free port and yields a `Server` once it is ready; stderr
 is drained by a thread (so a chatty server never blocks on a full pipe) and kept in `lines`.
 `startup(args, env)` is for startups that may refuse: it returns the exit status (None when the
 server came up, then stopped) and the lines it printed.
@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 SUPERFLUID = Path(sys.executable).parent / "superfluid"
 LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
+READY = re.compile(r"superfluid: ready: serving ")
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -63,13 +64,13 @@ def _launch(
         text=True,
     )
     lines: list[str] = []
-    settled = threading.Event()  # listening, or the process ended
+    settled = threading.Event()  # ready, or the process ended
 
     def drain() -> None:
         assert process.stderr is not None
         for line in process.stderr:
             lines.append(line.rstrip("\n"))
-            if LISTENING.search(line):
+            if READY.search(line):
                 settled.set()
         settled.set()
 
@@ -87,7 +88,7 @@ def started(args: Sequence[str], env: Mapping[str, str], timeout: float = 180) -
     process, lines, settled = _launch(args, env)
     settled.wait(timeout)
     port = _port(lines)
-    if port is None:
+    if port is None or not any(READY.search(line) for line in lines):
         process.kill()
         pytest.fail("the server did not start:\n" + "\n".join(lines))
     try:
@@ -103,7 +104,7 @@ def startup(
 ) -> tuple[int | None, list[str]]:
     process, lines, settled = _launch(args, env)
     settled.wait(timeout)
-    if _port(lines) is not None:
+    if any(READY.search(line) for line in lines):
         process.terminate()
         process.wait(30)
         return None, lines

@@ -239,3 +239,67 @@ def test_an_undecided_gate_is_said_once_until_a_verdict_comes(caplog):
     assert len(lines) == 2
     assert "undecided" in lines[0] and "over 190 ticks" in lines[0]
     assert ": speculate (" in lines[1]
+
+
+# -- draining ----------------------------------------------------------------------------------
+
+
+class Events(Collector):
+    def __init__(self):
+        super().__init__()
+        self.error = None
+
+    def __call__(self, event):
+        if event.error is not None:
+            self.error = event.error
+        super().__call__(event)
+
+
+def test_a_drain_refuses_new_requests_hands_back_the_waiting_and_lets_lanes_run(service):
+    from superfluid.application.admission import Admission
+    from superfluid.application.service import SHUTTING_DOWN, ShuttingDown
+
+    h = host(runtime=FakeRuntime(FakeModel(eos=False), context_size=10**9))
+    h.admission = Admission(lanes=1, queue=4)
+    h.executor = Executor(h.runtime, max_lanes=1, clock=time.perf_counter)
+    svc = service(h)
+    running, waiting = Events(), Events()
+    long = GenerationRequest([1, 2, 3], GREEDY, max_tokens=10**8)
+    svc.submit(h, long, running)
+    svc.submit(h, GenerationRequest([4, 5, 6], GREEDY, max_tokens=4), waiting)
+    deadline = time.time() + 5
+    while h.executor.active_lanes == 0 and time.time() < deadline:
+        time.sleep(0.001)
+    svc.drain()
+    assert waiting.done.wait(5)
+    assert waiting.finish is Finish.ERROR and waiting.tokens == []
+    assert waiting.error.startswith(SHUTTING_DOWN) and "had not started" in waiting.error
+    with pytest.raises(ShuttingDown):
+        svc.submit(h, GenerationRequest([1, 2, 3], GREEDY, max_tokens=4), Events())
+    so_far = len(running.tokens)
+    deadline = time.time() + 5
+    while len(running.tokens) == so_far and time.time() < deadline:
+        time.sleep(0.001)
+    assert len(running.tokens) > so_far and not running.done.is_set()  # the lane runs on
+    long.cancel()
+    assert running.done.wait(5) and running.finish is Finish.CANCELLED
+    assert svc.in_flight == 0
+
+
+def test_end_all_ends_running_requests_with_a_shutting_down_error(service):
+    from superfluid.application.service import SHUTTING_DOWN
+
+    h = host(runtime=FakeRuntime(FakeModel(eos=False), context_size=10**9))
+    svc = service(h)
+    sinks = [Events() for _ in range(2)]
+    for sink in sinks:
+        svc.submit(h, GenerationRequest([1, 2, 3], GREEDY, max_tokens=10**8), sink)
+    deadline = time.time() + 5
+    while h.executor.active_lanes < 2 and time.time() < deadline:
+        time.sleep(0.001)
+    assert svc.in_flight == 2
+    svc.end_all()
+    for sink in sinks:
+        assert sink.done.wait(5)
+        assert sink.finish is Finish.ERROR and sink.error == SHUTTING_DOWN
+    assert svc.in_flight == 0 and h.executor.active_lanes == 0

@@ -151,6 +151,13 @@ class Executor:
         """Each parked sequence and the tokens its KV holds."""
         return self._pool.parked()
 
+    def take_waiting(self) -> list[GenerationRequest]:
+        """Every request still waiting for a lane, removed from the queue (a draining server
+        hands them back so a router can send them elsewhere)."""
+        taken = list(self._waiting)
+        self._waiting.clear()
+        return taken
+
     def abort_all(self) -> None:
         """Drop every lane and waiting request, freeing their sequences (after a failure)."""
         for lane in self._lanes:

@@ -8,6 +8,11 @@ went away is cancelled and its lane freed at the worker's next tick.
 Each model admits at most its lanes plus its queue (`ModelHost.admission`); `submit` raises
 `Overloaded` past that, before the request touches the worker, and a request gives its place
 back when its last event is delivered.
+
+Draining (`drain`): a server that is stopping refuses new submissions (`ShuttingDown`), hands
+every request still waiting for a lane back with an error that says so (nothing of it was sent,
+so the HTTP layer answers 503 and a router can retry it elsewhere), and lets the lanes run to
+their end; `end_all` then ends whatever still runs, each with an error event.
 """
 
 from __future__ import annotations
@@ -160,6 +165,15 @@ class Overloaded(Exception):
         self.model = host.name
 
 
+class ShuttingDown(Exception):
+    """The server is draining: a new request is refused, to be retried on another replica."""
+
+
+#: The error a request gets when the server stops under it (the HTTP layer answers 503 for a
+#: reply that has sent nothing yet, and recognises it by "shutting down").
+SHUTTING_DOWN = "the server is shutting down"
+
+
 class GenerationService:
     def __init__(self, hosts: Sequence[ModelHost], observer: Observer | None = None) -> None:
         if not hosts:
@@ -169,6 +183,8 @@ class GenerationService:
         self._workers = {host: _Worker(host) for host in hosts}
         self._observer = observer
         self._stopping = threading.Event()
+        self._draining = threading.Event()
+        self._ending = threading.Event()
         self._threads: list[threading.Thread] = []
 
     @property
@@ -197,13 +213,35 @@ class GenerationService:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping.set()
-        for worker in self._workers.values():
-            worker.wake.set()
+        self._wake_all()
         for thread in self._threads:
             thread.join(timeout)
 
+    def drain(self) -> None:
+        """Refuse new requests and hand back those waiting for a lane; lanes run on."""
+        self._draining.set()
+        self._wake_all()
+
+    def end_all(self) -> None:
+        """End every request still in the service, each with a shutting-down error."""
+        self._draining.set()
+        self._ending.set()
+        self._wake_all()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests accepted and not yet ended, over every model."""
+        return sum(host.places.held for host in self._order)
+
+    def _wake_all(self) -> None:
+        for worker in self._workers.values():
+            worker.wake.set()
+
     def submit(self, host: ModelHost, request: GenerationRequest, sink: Sink) -> None:
-        """Hand `request` to `host`'s worker; Overloaded when the model has no place for it."""
+        """Hand `request` to `host`'s worker; Overloaded when the model has no place for it,
+        ShuttingDown when the server drains."""
+        if self._draining.is_set():
+            raise ShuttingDown(SHUTTING_DOWN)
         if not host.places.enter():
             raise Overloaded(host)
         worker = self._workers[host]
@@ -220,6 +258,10 @@ class GenerationService:
         executor = host.executor
         while not self._stopping.is_set():
             self._take_submissions(worker)
+            if self._draining.is_set():
+                self._hand_back_waiting(worker)
+            if self._ending.is_set() and worker.sinks:
+                self._fail_all(worker, SHUTTING_DOWN)
             if executor.idle:
                 worker.wake.wait(timeout=0.5)
                 worker.wake.clear()
@@ -237,7 +279,7 @@ class GenerationService:
             report = executor.last_tick
             if self._observer is not None and report is not None:
                 self._observer.tick(host.name, report, executor.active_lanes)
-        self._fail_all(worker, "the server is shutting down")
+        self._fail_all(worker, SHUTTING_DOWN)
 
     def _take_submissions(self, worker: _Worker) -> None:
         while True:
@@ -265,6 +307,11 @@ class GenerationService:
             sink(event)
         except Exception:
             log.exception("a response sink failed")
+
+    def _hand_back_waiting(self, worker: _Worker) -> None:
+        why = f"{SHUTTING_DOWN}; this request had not started: retry it on another replica"
+        for request in worker.host.executor.take_waiting():
+            self._deliver(worker, Committed(request.id, (), SpecStats(), Finish.ERROR, why))
 
     def _fail_all(self, worker: _Worker, why: str) -> None:
         for request_id in list(worker.sinks):

@@ -58,6 +58,9 @@ log = logging.getLogger("superfluid")
 
 #: Requests that may wait for a lane, per model, beyond those decoding (`--max-queue`).
 DEFAULT_MAX_QUEUE = 16
+#: Seconds a draining server lets running requests finish before it ends them: inside
+#: Kubernetes' default 30-second grace period, with time left to end the rest cleanly.
+DEFAULT_SHUTDOWN_TIMEOUT = 25.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class ServePlan:
     #: `--widen-weights`: a runtime may serve a model from a faster copy of its weights that
     #: computes the same numbers (llamacpp: Q5_0 as Q8_0, ADR 0018), kept in the cache.
     widen_weights: bool = True
+    #: `--shutdown-timeout`: seconds a draining server lets running requests finish.
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
 
 
 @dataclass
@@ -133,6 +138,20 @@ def served_names(plan: ServePlan) -> list[tuple[str, tuple[str, ...]]]:
     return named
 
 
+def _checked_names(plan: ServePlan) -> list[tuple[str, tuple[str, ...]]]:
+    """`served_names(plan)`, once the per-model flags are known not to outnumber the models."""
+    for flag, given in (
+        ("--chat-template-file", plan.chat_templates),
+        ("--tool-call-parser", plan.tool_parsers),
+    ):
+        if len(given) > len(plan.models):
+            raise ModelFileError(
+                f"{len(given)} {flag} values for {len(plan.models)} model(s); give at most"
+                " one per model, in the order the models are given"
+            )
+    return served_names(plan)
+
+
 class Serving:
     """The serve use case over its ports; the composition root builds one."""
 
@@ -158,24 +177,30 @@ class Serving:
 
     # -- serve -----------------------------------------------------------------------------
 
-    def hosts(self, plan: ServePlan) -> list[ModelHost]:
-        """Every model of `plan`, loaded and registered; a SuperfluidError stops startup."""
-        names = served_names(plan)
-        for flag, given in (
-            ("--chat-template-file", plan.chat_templates),
-            ("--tool-call-parser", plan.tool_parsers),
-        ):
-            if len(given) > len(plan.models):
-                raise ModelFileError(
-                    f"{len(given)} {flag} values for {len(plan.models)} model(s); give at most"
-                    " one per model, in the order the models are given"
-                )
+    def check(self, plan: ServePlan) -> list[str]:
+        """Refuse `plan` (a SuperfluidError) for what can be told without loading weights:
+        flags given more often than models, a directive that does not parse, a model file
+        that cannot be read or that no runtime of this build serves, a named strategy the
+        model cannot run. The served names, in order, when all is well."""
+        names = _checked_names(plan)
+        for path in plan.models:
+            self._prepare(path, plan)
+        return [name for name, _ in names]
+
+    def hosts(
+        self, plan: ServePlan, loaded: Callable[[ModelHost], None] | None = None
+    ) -> list[ModelHost]:
+        """Every model of `plan`, loaded and registered, in order; `loaded` is told of each as
+        it is ready. A SuperfluidError stops startup."""
+        names = _checked_names(plan)
         several = len(plan.models) > 1
         hosts = []
         for index, (path, (name, aliases)) in enumerate(zip(plan.models, names, strict=True)):
             host = self._host(path, name, aliases, plan, several)
             self._chat_setup(host, plan, index)
             hosts.append(host)
+            if loaded is not None:
+                loaded(host)
         return hosts
 
     @staticmethod
@@ -200,18 +225,7 @@ class Serving:
     def _host(
         self, path: Path, name: str, aliases: tuple[str, ...], plan: ServePlan, several: bool
     ) -> ModelHost:
-        directive = self._parse(plan.speculate, plan.env)
-        file = self._files.open(path)
-        loader = self._loaders.get(file.runtime)
-        if loader is None:
-            raise ModelFileError(
-                f"{path}: the {file.runtime} runtime is not available in this build"
-            )
-        if directive.mode not in (Mode.OFF, Mode.PROMPT_LOOKUP, Mode.AUTO):
-            # Check a named strategy before minutes of loading: a refusal here is exit 2.
-            if file.header is None:
-                raise DirectiveError(say.strategy_not_on_runtime(directive.raw, file.runtime))
-            directive = self._explicit(file, file.header, directive)
+        file, loader, directive = self._prepare(path, plan)
         runtime = loader(path, ctx_size=plan.ctx_size, max_lanes=plan.max_lanes)
         caps = runtime.capabilities
         if isinstance(runtime, DrafterEngine):
@@ -249,6 +263,22 @@ class Serving:
             aliases=aliases,
             admission=Admission(executor.max_lanes, plan.max_queue),
         )
+
+    def _prepare(self, path: Path, plan: ServePlan) -> tuple[ModelFile, RuntimeLoader, Directive]:
+        """The model file opened, its runtime's loader, and the directive that applies to it,
+        all checked before any weights load (a refusal here is exit 2, in a moment)."""
+        directive = self._parse(plan.speculate, plan.env)
+        file = self._files.open(path)
+        loader = self._loaders.get(file.runtime)
+        if loader is None:
+            raise ModelFileError(
+                f"{path}: the {file.runtime} runtime is not available in this build"
+            )
+        if directive.mode not in (Mode.OFF, Mode.PROMPT_LOOKUP, Mode.AUTO):
+            if file.header is None:
+                raise DirectiveError(say.strategy_not_on_runtime(directive.raw, file.runtime))
+            directive = self._explicit(file, file.header, directive)
+        return file, loader, directive
 
     def _sampling_defaults(self, file: ModelFile, runtime: Runtime, name: str) -> SamplingDefaults:
         """The model's own defaults, said once at startup; the built-in ones where it sets none."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import prometheus_client
@@ -103,8 +103,10 @@ def live_view(plan: ServePlan) -> bool | None:
     return None if plan.monitor else False
 
 
-def _hosts(serving: Serving, plan: ServePlan) -> list[ModelHost]:
-    return serving.hosts(plan)
+def _hosts(
+    serving: Serving, plan: ServePlan, loaded: Callable[[ModelHost], None] | None
+) -> list[ModelHost]:
+    return serving.hosts(plan, loaded)
 
 
 class Container(containers.DeclarativeContainer):
@@ -133,7 +135,9 @@ class Container(containers.DeclarativeContainer):
         sampling=sampling_defaults,
         clock=clock,
     )
-    hosts = providers.Singleton(_hosts, serving, plan)
+    #: Told of each model as it finishes loading (the server's readiness answer).
+    loaded: providers.Object[Callable[[ModelHost], None] | None] = providers.Object(None)
+    hosts = providers.Singleton(_hosts, serving, plan, loaded)
 
     metrics = providers.Singleton(PrometheusMetrics, hosts=hosts)
     monitor = providers.Singleton(

@@ -21,13 +21,20 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from superfluid.application.service import GenerationService, ModelHost, Overloaded
+from superfluid.application.service import (
+    GenerationService,
+    ModelHost,
+    Overloaded,
+    ShuttingDown,
+)
 from superfluid.application.tool_calling import ToolChoice, ToolPlan
 from superfluid.entrypoints.http.errors import (
     SERVER_ERROR,
+    SHUTTING_DOWN_CODE,
     ApiError,
     install_error_handlers,
     overloaded,
+    unavailable,
 )
 from superfluid.entrypoints.http.exposition import MetricsExposition, RequestMetricsMiddleware
 from superfluid.entrypoints.http.generation import Generation, Piece, unless_disconnected
@@ -79,7 +86,7 @@ def create_app(
 
     @v1.post(
         "/chat/completions",
-        responses={**_REPLY, **_refusals(400, 401, 404, 413, 429)},
+        responses={**_REPLY, **_refusals(400, 401, 404, 413, 429, 503)},
         openapi_extra=openapi_request_body(ChatCompletionBody),
     )
     async def chat_completions(request: Request) -> Response:
@@ -100,7 +107,7 @@ def create_app(
 
     @v1.post(
         "/completions",
-        responses={**_REPLY, **_refusals(400, 401, 404, 413, 429)},
+        responses={**_REPLY, **_refusals(400, 401, 404, 413, 429, 503)},
         openapi_extra=openapi_request_body(CompletionBody),
     )
     async def completions(request: Request) -> Response:
@@ -153,6 +160,8 @@ def create_app(
             generation.start()
         except Overloaded as full:
             raise overloaded(str(full)) from None
+        except ShuttingDown as stopping:
+            raise unavailable(str(stopping), SHUTTING_DOWN_CODE) from None
         handed_to_stream = False
         try:
             if body.streaming:
@@ -193,6 +202,7 @@ _REFUSAL_WHY = {
     404: "no such model",
     413: "the body is larger than the server accepts",
     429: "the model's lanes and queue are full; retry after Retry-After seconds",
+    503: "the server is loading or shutting down; retry after Retry-After seconds",
 }
 
 
@@ -225,8 +235,11 @@ def _read_calls(plan: ToolPlan, text: str, finish: str) -> tuple[str, tuple[Call
 
 
 def _raise_if_failed(piece: Piece) -> None:
-    if piece.error is not None:
-        raise ApiError(piece.error_status, piece.error, type=SERVER_ERROR)
+    if piece.error is None:
+        return
+    if piece.error_status == 503:
+        raise unavailable(piece.error, SHUTTING_DOWN_CODE)
+    raise ApiError(piece.error_status, piece.error, type=SERVER_ERROR)
 
 
 def _bearer_guard(api_key: str) -> Callable[[Request], Coroutine[Any, Any, None]]:

@@ -23,6 +23,9 @@ from superfluid.domain.errors import SuperfluidError
 INVALID_REQUEST = "invalid_request_error"
 NOT_FOUND = "not_found_error"
 SERVER_ERROR = "server_error"
+#: The `code` of a 503 while the server loads its models, and while it drains to stop.
+LOADING_CODE = "model_loading"
+SHUTTING_DOWN_CODE = "shutting_down"
 
 
 class ApiError(Exception):
@@ -79,6 +82,19 @@ def overloaded(message: str) -> ApiError:
         message,
         type="server_overloaded",
         code="queue_full",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+def unavailable(message: str, code: str) -> ApiError:
+    """503 with `Retry-After`: this replica cannot serve the request now (it is loading, or it
+    drains before stopping) and nothing of it was done, so a router or client retries it,
+    here later or on another replica at once."""
+    return ApiError(
+        503,
+        message,
+        type=SERVER_ERROR,
+        code=code,
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
     )
 

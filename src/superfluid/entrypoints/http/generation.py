@@ -34,7 +34,7 @@ from typing import TypeVar
 from fastapi import Request
 
 from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
-from superfluid.application.service import GenerationService, ModelHost
+from superfluid.application.service import SHUTTING_DOWN, GenerationService, ModelHost
 from superfluid.application.text import TextStream
 from superfluid.domain.logprobs import TokenLogprob
 from superfluid.domain.tool_calls import FirstCallEnd
@@ -42,9 +42,6 @@ from superfluid.entrypoints.http.errors import ClientGone
 from superfluid.entrypoints.http.replies import LogprobEntry, TopEntry
 
 T = TypeVar("T")
-
-#: The executor's own words when the service stops under a request (service.py).
-_SHUTTING_DOWN = "shutting down"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +64,7 @@ class Piece:
     @property
     def error_status(self) -> int:
         """The HTTP status for a failure that happened before any byte was sent."""
-        return 503 if self.error and _SHUTTING_DOWN in self.error else 500
+        return 503 if self.error and self.error.startswith(SHUTTING_DOWN) else 500
 
 
 def _shown(data: bytes) -> str:

@@ -40,7 +40,7 @@ from superfluid.domain.tool_calls import (
     ToolCallEvent,
     ToolCallReader,
 )
-from superfluid.entrypoints.http.errors import SERVER_ERROR, error_body
+from superfluid.entrypoints.http.errors import SERVER_ERROR, SHUTTING_DOWN_CODE, error_body
 from superfluid.entrypoints.http.generation import Generation, Piece
 from superfluid.entrypoints.http.replies import (
     CallOut,
@@ -98,7 +98,8 @@ async def sse_events(
                     yield sse(frame.chunk(None, with_role=role_owed, tool_calls=said))
                 role_owed = False
             if piece.error is not None:
-                yield sse(error_body(piece.error, type=SERVER_ERROR))
+                code = SHUTTING_DOWN_CODE if piece.error_status == 503 else None
+                yield sse(error_body(piece.error, type=SERVER_ERROR, code=code))
                 break
             if piece.finish is not None:
                 finish = piece.finish
