@@ -2,6 +2,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from superfluid.adapters.metrics import PrometheusMetrics
@@ -365,3 +366,30 @@ def test_tick_time_is_split_by_the_lanes_decoding_and_the_kind_of_tick():
         "superfluid_ticks_total",
         frozenset({("model", "m"), ("lanes", "2"), ("kind", "plain")}),
     ) not in samples
+
+
+def test_running_waiting_and_kv_use_are_shown_under_superfluid_and_vllm_names():
+    """What LLM-aware routers score replicas by: vLLM's series, with its `model_name` label."""
+    from superfluid.application.admission import Admission
+
+    runtime = FakeRuntime(FakeModel(eos=False), context_size=1000)
+    executor = Executor(runtime, max_lanes=2, clock=time.perf_counter)
+    host = ModelHost(
+        "m", runtime, Registration(None, None, ()), None, executor, admission=Admission(2, 4)
+    )
+    metrics = PrometheusMetrics([host])
+    idle = scrape(metrics)
+    assert value(idle, "vllm:num_requests_running", model_name="m") == 0
+    assert value(idle, "vllm:kv_cache_usage_perc", model_name="m") == 0
+    for prompt in ([1, 2, 3], [4, 5, 6, 7], [8, 9]):
+        assert host.places.enter()
+        executor.submit(GenerationRequest(prompt, SamplingParams(temperature=0.0), 100))
+    executor.tick()  # two lanes prefill their prompts; the third request waits
+    samples = scrape(metrics)
+    assert value(samples, "vllm:num_requests_running", model_name="m") == 2
+    assert value(samples, "vllm:num_requests_waiting", model_name="m") == 1
+    assert value(samples, "superfluid_queue_depth", model="m") == 1
+    used = sum(len(seq) for seq in runtime.kv.values()) / (2 * 1000)
+    assert used > 0
+    assert value(samples, "vllm:kv_cache_usage_perc", model_name="m") == pytest.approx(used)
+    assert value(samples, "superfluid_kv_cache_usage_ratio", model="m") == pytest.approx(used)

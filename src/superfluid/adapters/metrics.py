@@ -41,6 +41,15 @@ Series:
     superfluid_queue_capacity{model}                  lanes + queue: requests held at most
     superfluid_requests_rejected_total{model}         requests refused at once (429) because
                                                       every lane and queue place was taken
+    superfluid_kv_cache_usage_ratio{model}            share of the lanes' KV cells running
+                                                      requests hold, 0..1
+
+What LLM-aware routers read, under the names vLLM exports (the Kubernetes Gateway API Inference
+Extension's endpoint picker, vllm-router and others score replicas by them), with vLLM's
+`model_name` label:
+    vllm:num_requests_running{model_name}             requests decoding (superfluid_active_lanes)
+    vllm:num_requests_waiting{model_name}             requests waiting for a lane
+    vllm:kv_cache_usage_perc{model_name}              KV share in use, 0..1 (1 = full)
 """
 
 from __future__ import annotations
@@ -299,22 +308,38 @@ class _ScrapeTimeCollector:
             rate.add_metric([model], value)
         return [depth, speculating, phase, abandoned, rate, *self._admission()]
 
-    def _admission(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
-        queued, capacity, rejected = _admission_families()
+    def _admission(self) -> list[Metric]:
+        families = _admission_families()
+        queued, capacity, rejected, kv, running_v, waiting_v, kv_v = families
         for host in self._metrics.served():
             # A model host carries its admission and executor; a bare ServedModel has neither.
             admission = getattr(host, "admission", None)
             executor = getattr(host, "executor", None)
             if admission is None or executor is None:
                 continue
-            queued.add_metric([host.name], float(admission.queued(executor.active_lanes)))
+            running = executor.active_lanes
+            waiting = float(admission.queued(running))
+            usage = float(executor.kv_usage)
+            queued.add_metric([host.name], waiting)
             if admission.capacity is not None:
                 capacity.add_metric([host.name], float(admission.capacity))
             rejected.add_metric([host.name], float(admission.rejected))
-        return queued, capacity, rejected
+            kv.add_metric([host.name], usage)
+            running_v.add_metric([host.name], float(running))
+            waiting_v.add_metric([host.name], waiting)
+            kv_v.add_metric([host.name], usage)
+        return list(families)
 
 
-def _admission_families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
+def _admission_families() -> tuple[
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+]:
     return (
         GaugeMetricFamily(
             "superfluid_queue_depth", "Requests waiting for a lane.", labels=["model"]
@@ -328,6 +353,21 @@ def _admission_families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, Counter
             "superfluid_requests_rejected",
             "Requests refused at once (429) because every lane and queue place was taken.",
             labels=["model"],
+        ),
+        GaugeMetricFamily(
+            "superfluid_kv_cache_usage_ratio",
+            "Share of the lanes' KV cells that running requests hold, 0..1.",
+            labels=["model"],
+        ),
+        # vLLM's names and label, for the routers that score replicas by them.
+        GaugeMetricFamily("vllm:num_requests_running", "Requests decoding.", labels=["model_name"]),
+        GaugeMetricFamily(
+            "vllm:num_requests_waiting", "Requests waiting for a lane.", labels=["model_name"]
+        ),
+        GaugeMetricFamily(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage; 1 means 100 percent.",
+            labels=["model_name"],
         ),
     )
 

@@ -133,6 +133,13 @@ class Executor:
         return len(self._waiting)
 
     @property
+    def kv_usage(self) -> float:
+        """The share of the lanes' KV cells the running requests hold, 0..1 (parked KV of
+        finished requests is not counted: any request may take its cells)."""
+        held = sum(lane.kv_len for lane in self._lanes)
+        return held / (self._max_lanes * self._caps.context_size)
+
+    @property
     def idle(self) -> bool:
         return not self._lanes and not self._waiting
 
