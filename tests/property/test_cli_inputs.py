@@ -18,6 +18,7 @@ NUMBER_FLAGS = [
     "--spec-max-temperature",
     "--temperature",
     "--seed",
+    "--port",
 ]
 # Printable text without NUL (which no shell can pass in an argument).
 typed = st.text(
@@ -28,7 +29,9 @@ typed = st.text(
 @pytest.fixture(scope="module")
 def not_a_model(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "model.gguf"
-    path.write_bytes(b"GGUF\x03\x00\x00\x00not really a model")
+    # Not even a GGUF header: refused before the port opens (a file that only fails to load
+    # would be refused after it, below a `listening on` line).
+    path.write_bytes(b"NOTAGGUF not really a model")
     return str(path)
 
 

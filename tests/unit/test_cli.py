@@ -1,5 +1,7 @@
 """The CLI's promises: one line per mistake on stderr, exit 2, never a traceback."""
 
+from importlib import metadata
+
 import pytest
 from typer.testing import CliRunner
 
@@ -40,6 +42,10 @@ def gguf(tmp_path):
         (["--seed", "1.5"], '--seed expects a number, got "1.5"'),
         (["--max-queue", "-1"], "--max-queue must be in 0..=100000, got -1"),
         (["--max-queue", "some"], '--max-queue expects a number, got "some"'),
+        (["--port", "99999"], "--port must be in 0..=65535 (0 picks a free port), got 99999"),
+        (["--port", "65536"], "--port must be in 0..=65535 (0 picks a free port), got 65536"),
+        (["--port", "-1"], "--port must be in 0..=65535 (0 picks a free port), got -1"),
+        (["--port", "http"], '--port expects a number, got "http"'),
         (
             ["--served-model-name", "a b"],
             "--served-model-name must be a name without spaces or control characters, got 'a b'",
@@ -162,3 +168,32 @@ def test_a_chat_template_file_that_does_not_parse_is_refused_before_the_model_lo
         f"superfluid: --chat-template-file {tmp_path / 'missing.jinja'}: No such file or"
         " directory\n",
     )
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "-1"])
+def test_a_port_out_of_range_is_refused_before_the_model_is_looked_at(tmp_path, port):
+    # The model file does not exist: the port is the first thing refused.
+    code, err = serve(str(tmp_path / "nope.gguf"), "--port", port)
+    assert (code, err) == (
+        2,
+        f"superfluid: --port must be in 0..=65535 (0 picks a free port), got {port}\n",
+    )
+
+
+@pytest.mark.parametrize("port", ["0", "65535"])
+def test_the_ends_of_the_port_range_are_accepted(tmp_path, port):
+    # Accepted: startup gets past the port to the missing model file.
+    code, err = serve(str(tmp_path / "nope.gguf"), "--port", port)
+    assert (code, err) == (2, f"superfluid: {tmp_path / 'nope.gguf'}: no such model file\n")
+
+
+def test_help_says_port_0_picks_a_free_port():
+    result = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert "0 picks a free port" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_prints_the_installed_version(flag):
+    result = runner.invoke(app, [flag])
+    assert result.exit_code == 0
+    assert result.stdout == f"superfluid {metadata.version('superfluid')}\n"

@@ -10,11 +10,14 @@ import logging
 import math
 import os
 import sys
+from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.markup import escape
+from typer import _click as click  # the click typer runs on: its help layout is ours to adjust
+from typer.core import TyperCommand, TyperGroup
 
 from superfluid.application.serving import DEFAULT_MAX_QUEUE, ServePlan
 from superfluid.domain.errors import SuperfluidError
@@ -44,13 +47,110 @@ from superfluid.domain.tool_calls import ToolFamily
 
 log = logging.getLogger("superfluid")
 
+#: Stands in for "-" while --help wraps a line: textwrap would break after a hyphen, splitting
+#: `draft-model` or `no-offline`; with it, lines break at spaces only.
+_UNBROKEN_HYPHEN = "\u2011"
+
+
+class _HelpFormatter(click.HelpFormatter):
+    """click's plain --help layout, with lines broken at spaces only.
+
+    Plain rather than typer's rich panels: rich sets a panel's flags in one table whose columns,
+    at 80 columns, are too narrow for `--no-spec-throughput-gate` and a variable's name beside
+    it, and rich cuts both with "…". click puts a long flag on a line of its own instead.
+    """
+
+    def write_text(self, text: str) -> None:
+        start = len(self.buffer)
+        super().write_text(text.replace("-", _UNBROKEN_HYPHEN))
+        self._hyphens_back(start)
+
+    def write_dl(
+        self, rows: Sequence[tuple[str, str]], col_max: int = 30, col_spacing: int = 2
+    ) -> None:
+        start = len(self.buffer)
+        kept = [(term, text.replace("-", _UNBROKEN_HYPHEN)) for term, text in rows]
+        super().write_dl(kept, col_max, col_spacing)
+        self._hyphens_back(start)
+
+    def _hyphens_back(self, start: int) -> None:
+        self.buffer[start:] = [part.replace(_UNBROKEN_HYPHEN, "-") for part in self.buffer[start:]]
+
+
+class _Context(click.Context):
+    formatter_class = _HelpFormatter
+
+
+class _Command(TyperCommand):
+    """A command whose --help is plain text in sections: Arguments, Options, then each
+    `rich_help_panel` (Speculation) in the order its first flag is declared."""
+
+    context_class = _Context
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {"Arguments": [], "Options": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                sections["Arguments"].append(record)
+            else:
+                title = getattr(param, "rich_help_panel", None) or "Options"
+                sections.setdefault(title, []).append(record)
+        for title, rows in sections.items():
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+class _Group(TyperGroup):
+    context_class = _Context
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with its first sentence, whole (click would cut it to fit one line)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=sys.maxsize)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _show_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"superfluid {metadata.version('superfluid')}")
+        raise typer.Exit()
+
+
 app = typer.Typer(
     name="superfluid",
+    cls=_Group,
     help="An LLM serving daemon whose speculative decoding never costs output.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
+
+
+@app.callback()
+def _top(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            help="Print the version and exit.",
+            callback=_show_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """The options before a command (the app's help is its `help=`)."""
+
 
 SPEC = "Speculation"
 
@@ -106,7 +206,7 @@ def _check_template_file(path: Path) -> None:
     check_template_file(path)
 
 
-@app.command("demo-model")
+@app.command("demo-model", cls=_Command)
 def demo_model() -> None:
     """Print the path of the demo model (Gemma 3 270M GGUF), assembling it once if needed."""
     try:
@@ -115,13 +215,17 @@ def demo_model() -> None:
         fail(error.message)
 
 
-bundle_app = typer.Typer(help="Work with .base bundles.", no_args_is_help=True)
+bundle_app = typer.Typer(
+    cls=_Group, help="Work with .base bundles.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(bundle_app, name="bundle")
 
 
-@bundle_app.command("make-fixtures")
+@bundle_app.command("make-fixtures", cls=_Command)
 def make_fixtures_command(
-    directory: Annotated[Path, typer.Argument(help="Where to write the fixture bundles.")],
+    directory: Annotated[
+        Path, typer.Argument(help="Where to write the fixture bundles.", metavar="DIRECTORY")
+    ],
 ) -> None:
     """Write tiny .base fixtures (a target, drafters and a trained byte-level tokenizer) for
     trying every strategy on the basert reference backend."""
@@ -135,15 +239,20 @@ def make_fixtures_command(
         typer.echo(f"{role:10} {path}")
 
 
-@app.command()
+@app.command(cls=_Command)
 def drafters(
     model: Annotated[
-        str, typer.Argument(help="Target model: a .base bundle (or .gguf / MLX directory).")
+        str,
+        typer.Argument(
+            help="Target model: a .base bundle (or .gguf / MLX directory).", metavar="MODEL"
+        ),
     ],
     speculate: Annotated[
         str,
         typer.Option(
-            help="The directive to explain (default auto).", envvar="SUPERFLUID_SPECULATE"
+            help="The directive to explain.",
+            envvar="SUPERFLUID_SPECULATE",
+            metavar="DIRECTIVE",
         ),
     ] = "auto",
     offline: Annotated[bool, typer.Option(help="Never fetch the hub catalog.")] = False,
@@ -175,27 +284,25 @@ _DEFAULTS = SpecSettings()
 
 def _spec(text: str, default: object, env: str) -> str:
     """A speculation flag's help: the text, its default and the variable it falls back to."""
-    return f"{text} {_shown(f'[default: {default}]')} {_shown(f'[env var: {env}]')}"
+    return f"{text}  [default: {default}]  [env var: {env}]"
 
 
-def _shown(bracketed: str) -> str:
-    """Bracketed text as --help prints it (rich would take it for markup)."""
-    return escape(bracketed)
-
-
-@app.command()
+@app.command(cls=_Command)
 def serve(
     model: Annotated[
         str | None,
         typer.Argument(
             help="Model file: .gguf, .base or an MLX directory. Default: the demo models"
-            " (Gemma 3 270M, a base model, and SmolLM2-135M-Instruct when installed)."
+            " (Gemma 3 270M, a base model, and SmolLM2-135M-Instruct when installed).",
+            metavar="MODEL",
         ),
     ] = None,
     extra_models: Annotated[
         list[str] | None,
         typer.Option(
-            "--model", help="Serve another model too (repeatable); requests pick by name."
+            "--model",
+            help="Serve another model too (repeatable); requests pick by name.",
+            metavar="PATH",
         ),
     ] = None,
     served_model_name: Annotated[
@@ -205,6 +312,7 @@ def serve(
             help="The id clients use for a model, instead of its file name (repeatable: the"
             " first names MODEL, the next each --model in order). The file name is still"
             " accepted. Default: the file name.",
+            metavar="NAME",
         ),
     ] = None,
     chat_template_file: Annotated[
@@ -215,6 +323,7 @@ def serve(
             " (repeatable: the first for MODEL, the next each --model in order). Default: the"
             " model's template, else a built-in for its family.",
             show_default=False,
+            metavar="PATH",
         ),
     ] = None,
     tool_call_parser: Annotated[
@@ -225,41 +334,57 @@ def serve(
             + ", ".join(f.value for f in ToolFamily)
             + " (repeatable, per model in order). Default: read off the chat template.",
             show_default=False,
+            metavar="NAME",
         ),
     ] = None,
     speculate: Annotated[
         str | None,
         typer.Option(
-            help=directive_help() + " " + _shown("[default: off]"),
+            help=directive_help() + "  [default: off]",
             envvar="SUPERFLUID_SPECULATE",
             rich_help_panel=SPEC,
+            metavar="DIRECTIVE",
         ),
     ] = None,
     host: Annotated[
-        str, typer.Option(help="Address to bind (loopback unless told otherwise).")
+        str,
+        typer.Option(help="Address to bind (loopback unless told otherwise).", metavar="ADDRESS"),
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8453,
+    port: Annotated[
+        str,
+        typer.Option(
+            help="Port to listen on, 0..=65535; 0 picks a free port, which the log's"
+            " `listening on` line shows.",
+            metavar="INTEGER",
+        ),
+    ] = "8453",
     api_key: Annotated[
         str | None,
-        typer.Option(help="Require this Bearer token on /v1/*.", envvar="SUPERFLUID_API_KEY"),
+        typer.Option(
+            help="Require this Bearer token on /v1/*.",
+            envvar="SUPERFLUID_API_KEY",
+            metavar="TOKEN",
+        ),
     ] = None,
     offline: Annotated[bool, typer.Option(help="Never fetch the hub catalog.")] = False,
     temperature: Annotated[
         str | None,
         typer.Option(
-            help="Default temperature for requests that set none. "
-            + _shown("[default: the model file's own, else 0.8]")
+            help="Default temperature for requests that set none."
+            "  [default: the model file's own, else 0.8]",
+            metavar="NUMBER",
         ),
     ] = None,
     seed: Annotated[
         str | None,
         typer.Option(
-            help="Default seed for requests that set none. "
-            + _shown("[default: a fresh one per request]")
+            help="Default seed for requests that set none.  [default: a fresh one per request]",
+            metavar="INTEGER",
         ),
     ] = None,
     max_lanes: Annotated[
-        int, typer.Option(help="Requests decoded at once, per model.", min=1, max=64)
+        int,
+        typer.Option(help="Requests decoded at once, per model.", min=1, max=64, metavar="INTEGER"),
     ] = 4,
     max_queue: Annotated[
         str | None,
@@ -267,17 +392,18 @@ def serve(
             help="Requests that may wait for a lane, per model; past lanes + queue a request"
             f" gets 429 with Retry-After at once (default {DEFAULT_MAX_QUEUE}).",
             show_default=False,
+            metavar="INTEGER",
         ),
     ] = None,
     ctx_size: Annotated[
-        int, typer.Option(help="Context window per lane, in tokens.", min=16)
+        int, typer.Option(help="Context window per lane, in tokens.", min=16, metavar="INTEGER")
     ] = 4096,
     no_monitor: Annotated[
         bool,
         typer.Option(
             "--no-monitor",
-            help="No live terminal view; a status line in the log every few seconds instead. "
-            + _shown("[default: the live view when stderr is a terminal]"),
+            help="No live terminal view; a status line in the log every few seconds instead."
+            "  [default: the live view when stderr is a terminal]",
             show_default=False,
         ),
     ] = False,
@@ -301,15 +427,12 @@ def serve(
     spec_draft_tokens: Annotated[
         str | None,
         typer.Option(
-            help="Draft depth, 1..=64. "
-            + _shown("[default: per strategy (docs/contract.md §4)]")
-            + " "
-            + _shown(
-                "[env var: "
-                + ", ".join(dict.fromkeys(s.depth_env for s in Strategy if s.depth_env))
-                + ", per strategy]"
-            ),
+            help="Draft depth, 1..=64.  [default: per strategy (docs/contract.md §4)]"
+            "  [env var: "
+            + ", ".join(dict.fromkeys(s.depth_env for s in Strategy if s.depth_env))
+            + ", per strategy]",
             rich_help_panel=SPEC,
+            metavar="INTEGER",
         ),
     ] = None,
     spec_adaptive: Annotated[
@@ -330,6 +453,7 @@ def serve(
                 ENV_MIN_YIELD,
             ),
             rich_help_panel=SPEC,
+            metavar="NUMBER",
         ),
     ] = None,
     spec_yield_rounds: Annotated[
@@ -341,6 +465,7 @@ def serve(
                 ENV_YIELD_ROUNDS,
             ),
             rich_help_panel=SPEC,
+            metavar="INTEGER",
         ),
     ] = None,
     spec_throughput_gate: Annotated[
@@ -360,6 +485,7 @@ def serve(
         typer.Option(
             help=_spec("Speed-up speculation must show.", _DEFAULTS.min_speedup, ENV_MIN_SPEEDUP),
             rich_help_panel=SPEC,
+            metavar="NUMBER",
         ),
     ] = None,
     spec_gate_reprobe: Annotated[
@@ -369,6 +495,7 @@ def serve(
                 "Requests before re-measuring a loss (0: final).", _DEFAULTS.reprobe, ENV_REPROBE
             ),
             rich_help_panel=SPEC,
+            metavar="INTEGER",
         ),
     ] = None,
     spec_gate_reprobe_max: Annotated[
@@ -378,13 +505,15 @@ def serve(
                 "Cap of the doubling re-probe wait.", _DEFAULTS.reprobe_max, ENV_REPROBE_MAX
             ),
             rich_help_panel=SPEC,
+            metavar="INTEGER",
         ),
     ] = None,
     spec_max_temperature: Annotated[
         str | None,
         typer.Option(
-            help="Cap a default temperature while speculating. " + _shown("[default: no cap]"),
+            help="Cap a default temperature while speculating.  [default: no cap]",
             rich_help_panel=SPEC,
+            metavar="NUMBER",
         ),
     ] = None,
 ) -> None:
@@ -392,6 +521,7 @@ def serve(
     _setup_logging()
     env = os.environ
     try:
+        listen_port = _port(port)  # first: before a bind could fail on it
         settings = from_sources(
             {
                 FLAG_DRAFT_TOKENS: spec_draft_tokens,
@@ -423,7 +553,7 @@ def serve(
             speculate=speculate,
             settings=settings,
             host=host,
-            port=port,
+            port=listen_port,
             api_key=api_key,
             offline=offline,
             temperature=default_temperature,
@@ -442,6 +572,15 @@ def serve(
         _serve(plan)
     except SuperfluidError as error:
         fail(error.message)
+
+
+def _port(raw: str) -> int:
+    value = parse_number("--port", raw, kind=int)
+    if not 0 <= value <= 65535:
+        raise SuperfluidError(
+            f"--port must be in 0..=65535 (0 picks a free port), got {raw.strip()}"
+        )
+    return value
 
 
 def _max_queue(raw: str | None) -> int:
