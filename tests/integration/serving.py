@@ -55,7 +55,7 @@ class Server:
 
 
 def _launch(
-    args: Sequence[str], env: Mapping[str, str]
+    args: Sequence[str], env: Mapping[str, str], until: re.Pattern[str] = READY
 ) -> tuple[subprocess.Popen[str], list[str], threading.Event]:
     process = subprocess.Popen(
         [str(SUPERFLUID), "serve", "--port", "0", "--no-monitor", *args],
@@ -64,13 +64,13 @@ def _launch(
         text=True,
     )
     lines: list[str] = []
-    settled = threading.Event()  # ready, or the process ended
+    settled = threading.Event()  # `until` was printed, or the process ended
 
     def drain() -> None:
         assert process.stderr is not None
         for line in process.stderr:
             lines.append(line.rstrip("\n"))
-            if READY.search(line):
+            if until.search(line):
                 settled.set()
         settled.set()
 
@@ -97,6 +97,24 @@ def started(args: Sequence[str], env: Mapping[str, str], timeout: float = 180) -
         process.terminate()
         process.wait(30)
     assert not any("Traceback" in line for line in lines), "\n".join(lines)
+
+
+@contextmanager
+def listening(args: Sequence[str], env: Mapping[str, str], timeout: float = 60) -> Iterator[Server]:
+    """A server as soon as its port is open (its models may still be loading); the caller
+    stops it (the process is killed at the end if it still runs)."""
+    process, lines, settled = _launch(args, env, until=LISTENING)
+    settled.wait(timeout)
+    port = _port(lines)
+    if port is None:
+        process.kill()
+        pytest.fail("the server did not open its port:\n" + "\n".join(lines))
+    try:
+        yield Server(port, process, lines)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
 
 
 def startup(

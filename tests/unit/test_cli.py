@@ -42,6 +42,8 @@ def gguf(tmp_path):
         (["--seed", "1.5"], '--seed expects a number, got "1.5"'),
         (["--max-queue", "-1"], "--max-queue must be in 0..=100000, got -1"),
         (["--max-queue", "some"], '--max-queue expects a number, got "some"'),
+        (["--shutdown-timeout", "-1"], "--shutdown-timeout must be in 0..=86400 seconds, got -1"),
+        (["--shutdown-timeout", "soon"], '--shutdown-timeout expects a number, got "soon"'),
         (["--port", "99999"], "--port must be in 0..=65535 (0 picks a free port), got 99999"),
         (["--port", "65536"], "--port must be in 0..=65535 (0 picks a free port), got 65536"),
         (["--port", "-1"], "--port must be in 0..=65535 (0 picks a free port), got -1"),

@@ -19,7 +19,11 @@ import typer
 from typer import _click as click  # the click typer runs on: its help layout is ours to adjust
 from typer.core import TyperCommand, TyperGroup
 
-from superfluid.application.serving import DEFAULT_MAX_QUEUE, ServePlan
+from superfluid.application.serving import (
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_SHUTDOWN_TIMEOUT,
+    ServePlan,
+)
 from superfluid.domain.errors import SuperfluidError
 from superfluid.domain.spec_settings import (
     ENV_ADAPTIVE,
@@ -398,6 +402,17 @@ def serve(
     ctx_size: Annotated[
         int, typer.Option(help="Context window per lane, in tokens.", min=16, metavar="INTEGER")
     ] = 4096,
+    shutdown_timeout: Annotated[
+        str | None,
+        typer.Option(
+            help="Seconds SIGTERM or SIGINT lets running requests finish before it ends them"
+            " with an error (a second signal ends them at once); the server then exits 0."
+            f"  [default: {DEFAULT_SHUTDOWN_TIMEOUT:g}, inside Kubernetes' 30 s grace period]",
+            envvar="SUPERFLUID_SHUTDOWN_TIMEOUT",
+            show_default=False,
+            metavar="NUMBER",
+        ),
+    ] = None,
     no_monitor: Annotated[
         bool,
         typer.Option(
@@ -568,6 +583,7 @@ def serve(
             widen_weights=widen_weights,
             chat_templates=tuple(Path(p).expanduser() for p in chat_template_file or []),
             tool_parsers=_tool_parsers(tool_call_parser),
+            shutdown_timeout=_shutdown_timeout(shutdown_timeout),
         )
         _serve(plan)
     except SuperfluidError as error:
@@ -580,6 +596,15 @@ def _port(raw: str) -> int:
         raise SuperfluidError(
             f"--port must be in 0..=65535 (0 picks a free port), got {raw.strip()}"
         )
+    return value
+
+
+def _shutdown_timeout(raw: str | None) -> float:
+    if raw is None:
+        return DEFAULT_SHUTDOWN_TIMEOUT
+    value = parse_number("--shutdown-timeout", raw)
+    if not (math.isfinite(value) and 0 <= value <= 86_400):
+        raise SuperfluidError(f"--shutdown-timeout must be in 0..=86400 seconds, got {raw.strip()}")
     return value
 
 
