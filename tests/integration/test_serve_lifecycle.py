@@ -8,53 +8,21 @@ sees the loading phase for as long as it needs. Draining runs on the real instru
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 
 from superfluid.adapters.fixtures.basert import make_fixtures
+from tests.integration.hubs import StalledHub
 from tests.integration.serving import Server, listening, started
 
 pytestmark = pytest.mark.slow
-
-
-class StalledHub:
-    """A catalog server that answers (404) only once `release` is set."""
-
-    def __init__(self) -> None:
-        self.release = threading.Event()
-        self.asked = threading.Event()
-        hub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                hub.asked.set()
-                hub.release.wait(30)
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/catalog.json"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
