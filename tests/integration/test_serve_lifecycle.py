@@ -20,7 +20,7 @@ import pytest
 
 from superfluid.adapters.fixtures.basert import make_fixtures
 from tests.integration.hubs import StalledHub
-from tests.integration.serving import Server, listening, started
+from tests.integration.serving import Server, listening, started, startup
 
 pytestmark = pytest.mark.slow
 
@@ -215,3 +215,15 @@ def test_a_second_signal_ends_the_drain_at_once_the_same_clean_way(instruct_gguf
         assert running.done.wait(15)
         assert running.error is not None and running.error["code"] == "shutting_down"
         assert server.process.wait(15) == 0
+
+
+def test_a_missing_second_model_is_refused_before_the_first_loads(
+    instruct_gguf: Path, tmp_path: Path
+) -> None:
+    missing = tmp_path / "not-there.gguf"
+    status, lines = startup(
+        [str(instruct_gguf), "--model", str(missing), "--speculate", "auto"],
+        {"PATH": "/usr/bin:/bin"},
+    )
+    assert status == 2
+    assert len(lines) == 1 and lines[0].startswith("superfluid: ") and str(missing) in lines[0]
