@@ -7,8 +7,8 @@ damages one thing: the prefix (cut short, magic, version, header length), the he
 single `superfluid: …` line naming the problem:
 
 (a) `superfluid serve <mutated target> --port 0 --no-monitor --offline` (in process, through
-    typer's CliRunner; uvicorn is stubbed so that a mutation that loads anyway fails the test
-    instead of serving);
+    typer's CliRunner; the server's gate refuses to open, so that a mutation that loads anyway
+    fails the test instead of serving);
 (b) `superfluid drafters <mutated target> --offline`;
 (c) `auto`: the mutated file as a drafter beside a valid target, `superfluid drafters <target>
     --offline --json` exits 0 and lists it under `skipped` with a reason naming the problem.
@@ -16,7 +16,9 @@ single `superfluid: …` line naming the problem:
 Damage only the model loader sees (an entry running past the blob, a length that does not match
 the shape, an unknown dtype, NaN weights, a broken tokenizer, a config the reference backend
 cannot run) is refused by (a) alone: (b) and (c) read headers, never weights, by design, and
-must then simply not trip over it.
+must then simply not trip over it. (a) refuses header damage before its port opens; damage only
+loading finds is refused after the port opened for the loading phase, so its one refusal line
+follows the `listening on` line.
 """
 
 from __future__ import annotations
@@ -31,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
 from superfluid.adapters.fixtures.basert import make_fixtures
 from superfluid.domain.bundle_header import MAGIC, PREFIX_SIZE, weights_offset
 from superfluid.entrypoints.cli import app
+from superfluid.entrypoints.http.lifecycle import ServerGate
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -315,7 +317,9 @@ def mutations() -> list[Mutation]:
             ("GGUF", "llama.cpp", "llamacpp"),
             exempt={
                 "drafters": "the file decides the runtime (§1): a GGUF target is a llama.cpp "
-                "model, and `drafters` reads no further than its magic"
+                "model, and `drafters` reads no further than its magic",
+                "port": "llama.cpp reads a GGUF past its magic only when it loads it, after "
+                "`serve` opened its port for the loading phase",
             },
         ),
         Mutation(
@@ -403,6 +407,9 @@ def refusal_problem(result: Any, mutation: Mutation) -> str | None:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         return f"raised {result.exception!r}"
     lines = result.stderr.splitlines()
+    found_loading = not mutation.header_only or "port" in mutation.exempt
+    if lines and "superfluid: listening on " in lines[0] and found_loading:
+        lines = lines[1:]  # loading found the damage, after the port opened to say "loading"
     if result.exit_code != 2:
         return f"exit {result.exit_code}: {result.stderr[-500:]!r}"
     if len(lines) != 1 or "Traceback" in result.stderr:
@@ -420,12 +427,13 @@ def no_problems(problems: dict[str, str]) -> None:
 
 @pytest.fixture
 def no_serving(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A mutated target that loads anyway must fail the test, not leave a server running."""
+    """A mutated target that loads anyway must fail the test, not leave a server running: the
+    gate never opens (the load then ends the server with an error and a traceback)."""
 
     def refuse(*_: object, **__: object) -> None:
         raise AssertionError("serve got as far as serving a damaged bundle")
 
-    monkeypatch.setattr(uvicorn.Server, "run", refuse)
+    monkeypatch.setattr(ServerGate, "open", refuse)
 
 
 def test_every_mutation_is_counted() -> None:
