@@ -590,31 +590,37 @@ def serve(
         fail(error.message)
 
 
-def _port(raw: str) -> int:
-    value = parse_number("--port", raw, kind=int)
-    if not 0 <= value <= 65535:
-        raise SuperfluidError(
-            f"--port must be in 0..=65535 (0 picks a free port), got {raw.strip()}"
-        )
+def _ranged(
+    flag: str,
+    raw: str,
+    low: float,
+    high: float,
+    shown: str,
+    *,
+    kind: type[int] | type[float] = float,
+) -> int | float:
+    """`raw` as a number of `kind` between `low` and `high`; a SuperfluidError saying `flag`
+    must be `shown` otherwise."""
+    value = parse_number(flag, raw, kind=kind)
+    if not (math.isfinite(value) and low <= value <= high):
+        raise SuperfluidError(f"{flag} must be {shown}, got {raw.strip()}")
     return value
+
+
+def _port(raw: str) -> int:
+    return int(_ranged("--port", raw, 0, 65535, "in 0..=65535 (0 picks a free port)", kind=int))
 
 
 def _shutdown_timeout(raw: str | None) -> float:
     if raw is None:
         return DEFAULT_SHUTDOWN_TIMEOUT
-    value = parse_number("--shutdown-timeout", raw)
-    if not (math.isfinite(value) and 0 <= value <= 86_400):
-        raise SuperfluidError(f"--shutdown-timeout must be in 0..=86400 seconds, got {raw.strip()}")
-    return value
+    return float(_ranged("--shutdown-timeout", raw, 0, 86_400, "in 0..=86400 seconds"))
 
 
 def _max_queue(raw: str | None) -> int:
     if raw is None:
         return DEFAULT_MAX_QUEUE
-    value = parse_number("--max-queue", raw, kind=int)
-    if not 0 <= value <= 100_000:
-        raise SuperfluidError(f"--max-queue must be in 0..=100000, got {raw.strip()}")
-    return value
+    return int(_ranged("--max-queue", raw, 0, 100_000, "in 0..=100000", kind=int))
 
 
 def _tool_parsers(raw: list[str] | None) -> tuple[ToolFamily, ...]:
@@ -646,10 +652,7 @@ def _served_names(raw: list[str] | None) -> tuple[str, ...]:
 def _temperature(raw: str | None) -> float | None:
     if raw is None:
         return None
-    value = parse_number("--temperature", raw)
-    if not (math.isfinite(value) and 0.0 <= value <= 2.0):
-        raise SuperfluidError(f"--temperature must be a finite number in [0, 2], got {raw.strip()}")
-    return value
+    return float(_ranged("--temperature", raw, 0.0, 2.0, "a finite number in [0, 2]"))
 
 
 def _serve(plan: ServePlan) -> None:
