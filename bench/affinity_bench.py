@@ -51,7 +51,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.integration.routers import (
+
+from bench.http_bench import cpu_model, loadavg, log, nproc, wait_for_quiet
+from bench.replicas import (
     MODEL,
     HAProxy,
     Replica,
@@ -61,8 +63,6 @@ from tests.integration.routers import (
     free_ports,
     router_missing,
 )
-
-from bench.http_bench import cpu_model, loadavg, log, nproc, wait_for_quiet
 
 
 @dataclass(frozen=True, slots=True)

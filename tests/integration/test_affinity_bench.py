@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 from bench import affinity_bench
-
-from tests.integration.routers import router_missing
+from bench.replicas import router_missing
 
 pytestmark = pytest.mark.slow
 

@@ -22,10 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from superfluid.adapters.fixtures.basert import make_fixtures
-from tests.integration.hubs import StalledHub
-from tests.integration.routers import (
+from bench.replicas import (
     HAProxy,
     Replica,
     Router,
@@ -34,6 +31,9 @@ from tests.integration.routers import (
     free_ports,
     router_missing,
 )
+
+from superfluid.adapters.fixtures.basert import make_fixtures
+from tests.integration.hubs import StalledHub
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,5 @@
-"""Replicas of `superfluid serve` behind a real router, on loopback, for the routing tests.
+"""Replicas of `superfluid serve` behind a real router, on loopback: the affinity bench and the
+routing tests (tests/integration/test_routers.py) both run them.
 
 `Replica` is one server process on a port chosen before it starts (a router is told its
 replicas' addresses up front, and a restarted replica comes back on the same one). The routers
@@ -23,7 +24,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[1]
 SUPERFLUID = Path(sys.executable).parent / "superfluid"
 HAPROXY_CONFIG = ROOT / "deploy" / "haproxy.cfg"
 SMG_SCRIPT = ROOT / "deploy" / "smg.sh"
