@@ -228,11 +228,6 @@ class GenerationService:
         self._ending.set()
         self._wake_all()
 
-    @property
-    def in_flight(self) -> int:
-        """Requests accepted and not yet ended, over every model."""
-        return sum(host.places.held for host in self._order)
-
     def _wake_all(self) -> None:
         for worker in self._workers.values():
             worker.wake.set()
