@@ -138,6 +138,7 @@ class DrainingServer(uvicorn.Server):
         self._attach_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._hurry: asyncio.Event | None = None
+        self._drain_task: asyncio.Task[None] | None = None  # held, so it is not collected
         self._signals = 0
         self.load_failure: SuperfluidError | None = None
 
