@@ -39,9 +39,10 @@ from pathlib import Path
 import numpy as np
 
 from bench.http_workloads import HARBOUR
-from superfluid.adapters.llamacpp import LlamaCppRuntime, demo_model_path
+from superfluid.adapters.llamacpp.demo_model import demo_model_path
 from superfluid.adapters.llamacpp.kernels import LLAMACPP_DEFAULT, Kernels, served_kernels
 from superfluid.adapters.llamacpp.native import llama
+from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 from superfluid.application.executor import Executor
 from superfluid.application.ports import Feed
 from superfluid.application.requests import GenerationRequest

@@ -24,11 +24,11 @@ from bench.http_workloads import INTERVALS
 from superfluid.adapters.llamacpp.demo_model import demo_model_path
 from superfluid.adapters.llamacpp.kernels import BATCH_INVARIANT, LLAMACPP_DEFAULT
 from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
-from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.ports import Runtime
 from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings, default_depth
 from superfluid.domain.strategies import Strategy

@@ -47,7 +47,7 @@ def _tokens(n: int, seed: int) -> list[int]:
 
 def measure(arch: str, weights: str, candidate: str) -> dict[str, list[float]]:
     """Seconds per prefill, per decoded token and per verify step, `REPEATS` times each."""
-    from superfluid.adapters.llamacpp import LlamaCppRuntime
+    from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
     from superfluid.application.ports import Feed
 
     model = synthetic_gguf.model(arch, weights, size="bench")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from superfluid.adapters.llamacpp import LlamaCppRuntime, demo_model_path
+from superfluid.adapters.llamacpp.demo_model import demo_model_path
 from superfluid.adapters.llamacpp.kernels import (
     BF16_BATCH_INVARIANT,
     LLAMACPP_DEFAULT,
@@ -37,6 +37,7 @@ from superfluid.adapters.llamacpp.kernels import (
     served_kernels,
 )
 from superfluid.adapters.llamacpp.native import llama
+from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 from superfluid.application.ports import Feed, Logits
 
 PROMPT = (

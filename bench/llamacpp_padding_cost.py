@@ -19,8 +19,9 @@ import statistics
 import time
 from pathlib import Path
 
-from superfluid.adapters.llamacpp import LlamaCppRuntime, demo_model_path
 from superfluid.adapters.llamacpp import runtime as runtime_module
+from superfluid.adapters.llamacpp.demo_model import demo_model_path
+from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 from superfluid.application.ports import Feed
 
 #: Four lanes' feed widths (pending token + draft): equal ones for reference, then the unequal

@@ -27,13 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from superfluid.adapters.llamacpp import LlamaCppRuntime, demo_model_path
+from superfluid.adapters.llamacpp.demo_model import demo_model_path
 from superfluid.adapters.llamacpp.kernels import (
     BATCH_INVARIANT,
     BF16_BATCH_INVARIANT,
     LLAMACPP_DEFAULT,
     Kernels,
 )
+from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 from superfluid.application.ports import Feed
 
 #: None: the kernels `superfluid serve` picks for this build of the library (`served_kernels`);

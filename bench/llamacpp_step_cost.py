@@ -32,9 +32,10 @@ import sys
 import time
 from pathlib import Path
 
-from superfluid.adapters.llamacpp import LlamaCppRuntime, demo_model_path
 from superfluid.adapters.llamacpp import runtime as runtime_module
+from superfluid.adapters.llamacpp.demo_model import demo_model_path
 from superfluid.adapters.llamacpp.kernels import BATCH_INVARIANT, LLAMACPP_DEFAULT
+from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 from superfluid.application.ports import Feed
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle. " * 4

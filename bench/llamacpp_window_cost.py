@@ -20,7 +20,8 @@ import statistics
 import time
 from pathlib import Path
 
-from superfluid.adapters.llamacpp import LlamaCppRuntime, demo_model_path
+from superfluid.adapters.llamacpp.demo_model import demo_model_path
+from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 from superfluid.application.ports import Feed
 
 PROMPT = "The committee met on Tuesday to review the quarterly figures and the hiring plan. " * 8

@@ -45,11 +45,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bench.http_workloads import COPY_HEAVY, LONG_PROMPT, OPEN_ENDED, Workload
-from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.ports import DraftState
 from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy, TickPlan
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings, default_depth
 from superfluid.domain.strategies import Strategy

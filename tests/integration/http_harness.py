@@ -15,15 +15,15 @@ from collections.abc import Sequence
 
 import uvicorn
 
-from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.ports import Feed, Logits
 from superfluid.application.registration import Registration
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.spec_settings import SpecSettings
 from superfluid.domain.strategies import Strategy
-from superfluid.entrypoints.http import create_app
+from superfluid.entrypoints.http.app import create_app
 from tests.fakes import EOS, FakeModel, FakeRuntime
 
 API_KEY = "test-key"

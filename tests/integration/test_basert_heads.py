@@ -23,10 +23,17 @@ from superfluid.adapters.basert.bundle import Bundle
 from superfluid.adapters.basert.runtime import BaseRTRuntime
 from superfluid.adapters.bundle_files import read_header
 from superfluid.adapters.fixtures.basert import make_fixtures, write_model_bundle
+from superfluid.application.events import Finish
 from superfluid.application.executor import Executor
-from superfluid.application.ports import Drafter, DraftState, Feed, RuntimeFault, SampledDraftState
-from superfluid.application.registration import EngineRefusal
-from superfluid.application.requests import Finish, GenerationRequest
+from superfluid.application.ports import (
+    Drafter,
+    DraftState,
+    EngineRefusal,
+    Feed,
+    RuntimeFault,
+    SampledDraftState,
+)
+from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling import SamplingParams, token_distribution
 from superfluid.domain.spec_settings import SpecSettings, default_depth

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from superfluid.adapters.basert.drafters.draft_model import DraftModelDrafter
-from superfluid.adapters.basert.model import linear, rms_norm
+from superfluid.adapters.basert.layers import linear, rms_norm
 from superfluid.adapters.basert.runtime import BaseRTRuntime, engine_note
 from superfluid.adapters.bundle_files import read_header
 from superfluid.adapters.fixtures.basert import (
@@ -26,12 +26,19 @@ from superfluid.adapters.fixtures.basert import (
     train_tokenizer,
     write_model_bundle,
 )
-from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.events import Finish
 from superfluid.application.executor import Executor
-from superfluid.application.ports import Drafter, Feed, Logits, RuntimeFault, SampledDraftState
-from superfluid.application.registration import EngineRefusal
-from superfluid.application.requests import Finish, GenerationRequest
+from superfluid.application.ports import (
+    Drafter,
+    EngineRefusal,
+    Feed,
+    Logits,
+    RuntimeFault,
+    SampledDraftState,
+)
+from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
 from superfluid.domain.strategies import Strategy

@@ -28,8 +28,8 @@ from bench.oracle_ceiling import (
 )
 from bench.raw_loop import RawLoop
 
-from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from tests.fakes import FakeModel, FakeRuntime
 
 # -- the oracle -------------------------------------------------------------------------------

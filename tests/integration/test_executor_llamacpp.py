@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.events import Finish
 from superfluid.application.executor import Executor
-from superfluid.application.requests import Finish, GenerationRequest
+from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
 from tests.fakes import ClassPlan

@@ -37,7 +37,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from superfluid.application.service import GenerationService
-from superfluid.entrypoints.http import create_app
+from superfluid.entrypoints.http.app import create_app
 from tests.fakes import FakeModel, FakeRuntime
 from tests.integration.http_harness import (
     API_KEY,

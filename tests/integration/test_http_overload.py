@@ -19,7 +19,7 @@ import pytest
 from superfluid.adapters.metrics import PrometheusMetrics
 from superfluid.application.admission import Admission
 from superfluid.application.service import GenerationService, ModelHost
-from superfluid.entrypoints.http import create_app
+from superfluid.entrypoints.http.app import create_app
 from tests.integration.http_harness import BackgroundServer, SlowRuntime, speculating_host
 
 pytestmark = pytest.mark.timeout(60)

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from superfluid.adapters.llamacpp import DemoModelMissing, LlamaCppRuntime, demo_model_path
-from superfluid.adapters.llamacpp.runtime import cheap_logit_rows
+from superfluid.adapters.llamacpp.demo_model import DemoModelMissing, demo_model_path
+from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime, cheap_logit_rows
 from superfluid.application.ports import Feed, RuntimeFault
 
 pytestmark = pytest.mark.slow

@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from superfluid.adapters.llamacpp import LlamaCppRuntime
-from superfluid.adapters.llamacpp.gguf_layout import read_layout
-from superfluid.adapters.llamacpp.widened_weights import Q5_0, Q8_0
+from superfluid.adapters.llamacpp.gguf_layout import Q5_0, Q8_0, read_layout
+from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 from superfluid.application.ports import Feed
 from superfluid.entrypoints.container import runtime_loaders_for
 

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from superfluid.adapters.metrics import PrometheusMetrics
 from superfluid.application.service import GenerationService
-from superfluid.entrypoints.http import create_app
+from superfluid.entrypoints.http.app import create_app
 from tests.fakes import FakeModel, FakeRuntime
 from tests.integration.http_harness import BackgroundServer, speculating_host, wait_for_idle
 

@@ -22,14 +22,15 @@ from mlx_lm.models.cache import ArraysCache, ConcatenateKVCache, KVCache, Rotati
 from superfluid.adapters.mlx import ModelLoadError
 from superfluid.adapters.mlx.kv import CutFailed, cut_exactly, cut_refusal
 from superfluid.adapters.mlx.runtime import MlxRuntime
-from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.events import Committed
 from superfluid.application.executor import Executor
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
 from superfluid.application.registration import register_prompt_lookup_runtime
-from superfluid.application.requests import Committed, GenerationRequest
+from superfluid.application.requests import GenerationRequest
 from superfluid.domain.directive import parse_directive
 from superfluid.domain.errors import DirectiveError
 from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
 from superfluid.domain.tool_calls import ToolFamily

@@ -5,11 +5,11 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.depth import MATCH_CLASSES
 from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
 from tests.fakes import ClassPlan, FakeModel, FakeRuntime

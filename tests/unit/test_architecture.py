@@ -160,3 +160,51 @@ def test_no_module_in_src_imports_itself_back():
     graph = grimp.build_graph("superfluid", cache_dir=None)
     cycle = _cycle_in(graph, set(graph.modules))
     assert cycle is None, " -> ".join(cycle)
+
+
+def _module_name(path):
+    parts = list(path.relative_to(ROOT / "src").with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _defined_at_top(tree):
+    """The names a module defines itself: functions, classes and assigned names."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_every_import_names_the_home_module_of_what_it_imports():
+    # One home per name: no module forwards another's names, so a name is imported from the
+    # module that defines it (or a submodule from its package), never through a re-export.
+    defined = {
+        _module_name(path): _defined_at_top(ast.parse(path.read_text()))
+        for path in (ROOT / "src").rglob("*.py")
+    }
+    forwarded = []
+    for folder in ("src", "tests", "bench"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if not (isinstance(node, ast.ImportFrom) and node.module in defined):
+                    continue
+                for alias in node.names:
+                    is_home = alias.name in defined[node.module]
+                    if not is_home and f"{node.module}.{alias.name}" not in defined:
+                        where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                        forwarded.append(f"{where} imports {alias.name} from {node.module}")
+    assert forwarded == []
+
+
+def test_no_module_in_src_declares_all():
+    # `__all__` exists to shape re-exports; with none, a module's public names are its own.
+    declaring = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "src").rglob("*.py"))
+        if "__all__" in _defined_at_top(ast.parse(path.read_text()))
+    ]
+    assert declaring == []

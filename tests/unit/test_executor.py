@@ -3,11 +3,12 @@ import itertools
 import numpy as np
 import pytest
 
-from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.events import Finish
 from superfluid.application.executor import Executor
-from superfluid.application.requests import Finish, GenerationRequest
+from superfluid.application.requests import GenerationRequest
 from superfluid.application.sequence_pool import start_of_longest_run
 from superfluid.domain.gates.policy import TickPlan
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling import SamplingParams
 from tests.fakes import EOS, FakeModel, FakeRuntime
 

@@ -3,12 +3,13 @@ import json
 
 import pytest
 
-from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.events import Finish
 from superfluid.application.executor import Executor
 from superfluid.application.grammar import JsonObjectConstraint, TokenPieces
-from superfluid.application.requests import Finish, GenerationRequest
+from superfluid.application.requests import GenerationRequest
 from superfluid.domain.constrained import best_allowed, sample_allowed
 from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
 from tests.fakes import EOS, FakeModel, FakeRuntime

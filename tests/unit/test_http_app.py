@@ -10,15 +10,14 @@ import pydantic
 import pytest
 from fastapi.testclient import TestClient
 
-from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.registration import Registration
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.application.tool_calling import FunctionTool, ToolChoice, ToolPlan
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.strategies import Strategy
 from superfluid.domain.tool_calls import ToolFamily
-from superfluid.entrypoints.http import create_app
-from superfluid.entrypoints.http.app import _read_calls
+from superfluid.entrypoints.http.app import _read_calls, create_app
 from superfluid.entrypoints.http.errors import ApiError, from_validation_errors
 from superfluid.entrypoints.http.intake import (
     ServerDefaults,

@@ -18,13 +18,13 @@ from fastapi.testclient import TestClient
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.registration import Registration
 from superfluid.application.service import GenerationService, ModelHost
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.strategies import Strategy
 from superfluid.domain.tool_calls import ToolFamily
-from superfluid.entrypoints.http import create_app
+from superfluid.entrypoints.http.app import create_app
 from tests.fakes import EOS, FakeRuntime
 
 VOCAB = 128

@@ -8,12 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from superfluid.adapters.chat_templates import ChatTemplateError, gemma_turns, select_chat_template
 from superfluid.adapters.llamacpp import demo_model
-from superfluid.adapters.llamacpp.chat_template import (
-    ChatTemplateError,
-    gemma_turns,
-    select_chat_template,
-)
 from superfluid.adapters.llamacpp.demo_model import DemoModelMissing, demo_model_path
 
 

@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from superfluid.application.drafting import PromptLookupDrafter
+from superfluid.application.events import Committed, Finish, SpecStats
 from superfluid.application.executor import Executor
 from superfluid.application.ports import Feed, Logits
-from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
+from superfluid.application.requests import GenerationRequest
 from superfluid.domain.logprobs import TokenLogprob, token_logprob
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling import SamplingParams
 from superfluid.entrypoints.http.generation import LogprobTrail
 from superfluid.entrypoints.http.intake import logprobs_wanted

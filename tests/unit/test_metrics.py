@@ -6,14 +6,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from superfluid.adapters.metrics import PrometheusMetrics
-from superfluid.application.drafting import PromptLookupDrafter
-from superfluid.application.executor import Executor, TickReport
+from superfluid.application.events import Committed, Finish, SpecStats, TickReport
+from superfluid.application.executor import Executor
 from superfluid.application.registration import Registration
-from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
+from superfluid.application.requests import GenerationRequest
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.domain.gates.depth import ROUNDS_BEFORE_TUNING
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.gates.throughput import GateTuning, Phase
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
 from tests.fakes import FakeModel, FakeRuntime

@@ -1,7 +1,7 @@
 import pytest
 
-from superfluid.adapters.model_files import ModelFileError
 from superfluid.adapters.model_files import runtime_for as record_for
+from superfluid.domain.errors import ModelFileError
 from superfluid.entrypoints.container import RUNTIMES
 
 

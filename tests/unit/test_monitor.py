@@ -11,8 +11,7 @@ from superfluid.adapters.monitor import (
     render_table,
     summary_line,
 )
-from superfluid.application.executor import TickReport
-from superfluid.application.requests import Committed, Finish, SpecStats
+from superfluid.application.events import Committed, Finish, SpecStats, TickReport
 
 
 class Clock:

@@ -1,8 +1,7 @@
 import logging
 
 from superfluid.adapters.observers import FanOut
-from superfluid.application.executor import TickReport
-from superfluid.application.requests import Committed, Finish, SpecStats
+from superfluid.application.events import Committed, Finish, SpecStats, TickReport
 
 REPORT = TickReport(1, 1, 0, 1, 0, 0, 0.01)
 DONE = Committed(1, (), SpecStats(), Finish.STOP)

@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from superfluid.application.drafter_resolution import AutoResolution, Skipped
+from superfluid.application.ports import EngineRefusal
 from superfluid.application.registration import (
-    EngineRefusal,
     register_auto,
     register_explicit,
     register_prompt_lookup_runtime,

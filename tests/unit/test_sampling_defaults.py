@@ -13,11 +13,11 @@ import pytest
 
 from superfluid.adapters.llamacpp.sampling_defaults import gguf_sampling_defaults
 from superfluid.adapters.mlx.record import RECORD as MLX
-from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.executor import Executor
 from superfluid.application.ports import ModelFile
 from superfluid.application.registration import Registration
 from superfluid.application.service import ModelHost
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling_defaults import (
     BUILT_IN_SAMPLING,
     SamplingDefaults,

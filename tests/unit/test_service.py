@@ -3,9 +3,10 @@ import time
 
 import pytest
 
+from superfluid.application.events import Finish
 from superfluid.application.executor import Executor
 from superfluid.application.registration import Registration
-from superfluid.application.requests import Finish, GenerationRequest
+from superfluid.application.requests import GenerationRequest
 from superfluid.application.service import GenerationService, ModelHost, UnknownModel
 from superfluid.domain.sampling import SamplingParams
 from tests.fakes import FakeModel, FakeRuntime
@@ -144,8 +145,8 @@ def test_a_cancelled_waiting_request_ends_before_a_lane_frees():
 
 
 def speculating_host(tuning):
-    from superfluid.application.drafting import PromptLookupDrafter
     from superfluid.domain.gates.policy import SpecPolicy
+    from superfluid.domain.prompt_lookup import PromptLookupDrafter
     from superfluid.domain.spec_settings import SpecSettings
     from superfluid.domain.strategies import Strategy
 

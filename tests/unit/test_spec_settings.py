@@ -7,7 +7,6 @@ from superfluid.domain.spec_settings import (
     MAX_TEMPERATURE_IGNORED,
     UNKNOWN_BLOCK_DEPTH,
     SpecSettings,
-    Strategy,
     default_depth,
     depth_for,
     effective_temperature,
@@ -16,6 +15,7 @@ from superfluid.domain.spec_settings import (
     parse_bool,
     parse_number,
 )
+from superfluid.domain.strategies import Strategy
 
 # -- default depths (§4) ---------------------------------------------------------------------
 

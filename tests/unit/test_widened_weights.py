@@ -15,13 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from superfluid.adapters.llamacpp.gguf_layout import read_layout
-from superfluid.adapters.llamacpp.widened_weights import (
-    MAX_COPIES,
-    Q5_0,
-    Q8_0,
-    widened_copy,
-)
+from superfluid.adapters.llamacpp.gguf_layout import Q5_0, Q8_0, read_layout
+from superfluid.adapters.llamacpp.widened_weights import MAX_COPIES, widened_copy
 
 F32, Q4_K = 0, 12
 

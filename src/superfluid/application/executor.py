@@ -43,8 +43,6 @@ from superfluid.domain.gates.policy import PLAIN, TickPlan
 from superfluid.domain.logprobs import TokenLogprob, token_logprob
 from superfluid.domain.verification import RoundResult, verify_by_matching, verify_by_rejection
 
-__all__ = ["Executor", "TickReport"]
-
 #: Prompt tokens fed per lane per tick: long prompts are chunked so decoding lanes keep moving.
 PREFILL_CHUNK = 512
 

@@ -11,16 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from superfluid.application.drafter_resolution import AutoResolution
-from superfluid.application.drafting import PromptLookupDrafter
 from superfluid.application.ports import Capabilities, Drafter, DrafterEngine, EngineRefusal
 from superfluid.domain import announcements as say
 from superfluid.domain.directive import Directive, Mode
 from superfluid.domain.errors import DirectiveError
+from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.strategies import Pick, Strategy
 
 PROMPT_LOOKUP = Strategy.PROMPT_LOOKUP
 
-__all__ = ["EngineRefusal", "Registration", "register_auto", "register_explicit"]
 
 
 @dataclass(frozen=True, slots=True)

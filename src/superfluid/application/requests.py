@@ -6,12 +6,9 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from superfluid.application.events import Committed, Finish, SpecStats
 from superfluid.application.ports import TokenConstraint
 from superfluid.domain.logprobs import MAX_TOP_LOGPROBS
 from superfluid.domain.sampling import SamplingParams
-
-__all__ = ["Committed", "Finish", "GenerationRequest", "SpecStats"]
 
 _ids = itertools.count(1)
 

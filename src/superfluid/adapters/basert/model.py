@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from superfluid.adapters.basert.bundle import Bundle, BundleError
+from superfluid.adapters.basert.bundle import Bundle
 from superfluid.adapters.basert.layers import (
     F32,
     KVCache,
@@ -192,15 +192,3 @@ class DenseModel:
         for tap in taps:
             if not 0 <= tap <= self.config.num_layers:
                 raise ValueError(f"tap {tap} is not in 0..{self.config.num_layers}")
-
-
-__all__ = [
-    "BundleError",
-    "DenseModel",
-    "ForwardOutput",
-    "KVCache",
-    "ModelConfig",
-    "Pass",
-    "linear",
-    "rms_norm",
-]

@@ -31,7 +31,8 @@ import numpy as np
 from superfluid.adapters.basert.bundle import Bundle, BundleError
 from superfluid.adapters.basert.drafters import FILE_DRAFTERS, HEAD_DRAFTERS, load_drafter
 from superfluid.adapters.basert.hidden_store import F32, HiddenStore
-from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
+from superfluid.adapters.basert.layers import KVCache, Pass
+from superfluid.adapters.basert.model import DenseModel
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
 from superfluid.adapters.chat_templates import (

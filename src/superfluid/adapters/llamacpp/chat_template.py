@@ -12,15 +12,8 @@ from types import ModuleType
 from typing import Any
 
 from superfluid.adapters.chat_templates import (
-    BUILTIN,
     ChatTemplate,
-    ChatTemplateError,
-    Messages,
-    gemma_turns,
-    jinja_template,
-    plain_turns,
     select_chat_template,
-    template_file,
 )
 from superfluid.adapters.llamacpp.native import c_string, model_meta
 from superfluid.adapters.llamacpp.vocab import Vocabulary
@@ -37,17 +30,3 @@ def gguf_chat_template(lib: ModuleType, model: Any, vocab: Vocabulary) -> ChatTe
         # `tokenizer.chat_template.tool_use`, where a converter kept Hugging Face's named one.
         tool_use=c_string(lib.llama_model_chat_template(model, b"tool_use")),
     )
-
-
-__all__ = [
-    "BUILTIN",
-    "ChatTemplate",
-    "ChatTemplateError",
-    "Messages",
-    "gemma_turns",
-    "gguf_chat_template",
-    "jinja_template",
-    "plain_turns",
-    "select_chat_template",
-    "template_file",
-]

@@ -32,14 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from superfluid.adapters.chat_templates import TemplatedChat
+from superfluid.adapters.chat_templates import ChatTemplate, TemplatedChat, template_file
 from superfluid.adapters.closing import ClosedOnExit
 from superfluid.adapters.llamacpp.batch import PackedBatch
-from superfluid.adapters.llamacpp.chat_template import (
-    ChatTemplate,
-    gguf_chat_template,
-    template_file,
-)
+from superfluid.adapters.llamacpp.chat_template import gguf_chat_template
 from superfluid.adapters.llamacpp.gguf_layout import UnreadableHeader, read_layout
 from superfluid.adapters.llamacpp.kernel_inventory import (
     Build,

@@ -13,6 +13,3 @@ class MlxUnavailable(SuperfluidError):
 
 class ModelLoadError(SuperfluidError):
     """A directory that mlx-lm cannot load as a model."""
-
-
-__all__ = ["MlxUnavailable", "ModelLoadError"]

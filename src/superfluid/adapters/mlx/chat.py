@@ -13,12 +13,9 @@ from typing import Any
 from superfluid.adapters.chat_templates import (
     PLAIN,
     ChatTemplate,
-    ChatTemplateError,
     jinja_template,
     template_file,
 )
-
-__all__ = ["ChatTemplateError", "chat_template_file", "chat_template_of"]
 
 
 def _special(tokenizer: Any, name: str) -> str:

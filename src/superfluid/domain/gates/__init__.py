@@ -8,34 +8,3 @@
 
 Time enters as numbers (seconds) passed in; nothing here reads a clock.
 """
-
-from superfluid.domain.gates.depth import DepthController, DepthMode, best_depth
-from superfluid.domain.gates.policy import PLAIN, SpecPolicy, TickPlan
-from superfluid.domain.gates.reprobe import ReprobeOutcome, ReprobeSchedule
-from superfluid.domain.gates.throughput import (
-    GateTuning,
-    Phase,
-    RateSample,
-    ThroughputGate,
-    ThroughputVerdict,
-)
-from superfluid.domain.gates.yield_floor import RequestYield, StrategyStanding, YieldFloor
-
-__all__ = [
-    "PLAIN",
-    "DepthController",
-    "DepthMode",
-    "GateTuning",
-    "Phase",
-    "RateSample",
-    "ReprobeOutcome",
-    "ReprobeSchedule",
-    "RequestYield",
-    "SpecPolicy",
-    "StrategyStanding",
-    "ThroughputGate",
-    "ThroughputVerdict",
-    "TickPlan",
-    "YieldFloor",
-    "best_depth",
-]

@@ -33,7 +33,8 @@ from typing import TypeVar
 
 from fastapi import Request
 
-from superfluid.application.requests import Committed, Finish, GenerationRequest, SpecStats
+from superfluid.application.events import Committed, Finish, SpecStats
+from superfluid.application.requests import GenerationRequest
 from superfluid.application.service import SHUTTING_DOWN, GenerationService, ModelHost
 from superfluid.application.text import TextStream
 from superfluid.domain.logprobs import TokenLogprob

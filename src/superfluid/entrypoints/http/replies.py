@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from superfluid.application.requests import SpecStats
+from superfluid.application.events import SpecStats
 
 Json = dict[str, Any]
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from superfluid.adapters.basert.bundle import Bundle, BundleError
 from superfluid.adapters.basert.drafters.common import Proposal, ProposingLane
-from superfluid.adapters.basert.model import DenseModel, KVCache, Pass
+from superfluid.adapters.basert.layers import KVCache, Pass
+from superfluid.adapters.basert.model import DenseModel
 from superfluid.adapters.basert.model_config import ModelConfig, cut_refusal
 from superfluid.adapters.basert.target import DraftTarget
 from superfluid.adapters.basert.tokenizer import BundleTokenizer
