@@ -312,4 +312,4 @@ def test_every_key_matters_on_its_own() -> None:
 
 
 def test_a_candidate_writes_its_directive() -> None:
-    assert candidate("/m/d.base", kind=Strategy.DSPARK).directive == "dspark:/m/d.base"
+    assert str(candidate("/m/d.base", kind=Strategy.DSPARK).pick) == "dspark:/m/d.base"

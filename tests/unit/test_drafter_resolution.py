@@ -56,6 +56,11 @@ def resolve(target, files, rows=(), home=None):
     )
 
 
+def _names(resolution):
+    """The picks as the log writes them (`mtp-head`, `dflash:/abs/path.base`)."""
+    return [str(pick) for pick in resolution.picks()]
+
+
 def test_kind_order_is_dspark_then_dflash_then_eagle3(layout):
     root, target = layout
     d = root / "models" / "drafters"
@@ -64,7 +69,7 @@ def test_kind_order_is_dspark_then_dflash_then_eagle3(layout):
         bundle(d / "b.base", "dflash"),
         bundle(d / "c.base", "dspark"),
     ]
-    assert resolve(target, files).pick_names() == [
+    assert _names(resolve(target, files)) == [
         f"dspark:{d / 'c.base'}",
         f"dflash:{d / 'b.base'}",
         f"eagle3:{d / 'a.base'}",
@@ -76,7 +81,7 @@ def test_a_drafter_named_for_the_target_beats_a_better_kind(layout):
     d = root / "models" / "drafters"
     named = bundle(d / "Qwen3-4B-EAGLE3.base", "eagle3")
     other = bundle(d / "generic-dspark.base", "dspark")
-    assert resolve(target, [other, named]).pick_names()[0] == f"eagle3:{named}"
+    assert _names(resolve(target, [other, named]))[0] == f"eagle3:{named}"
 
 
 def test_catalog_pairing_beats_everything_and_lower_rank_comes_first(layout):
@@ -90,7 +95,7 @@ def test_catalog_pairing_beats_everything_and_lower_rank_comes_first(layout):
         CatalogRow("org/drafter-a", "x.base", "q4", None, None, "org/target", 2),
         CatalogRow("org/drafter-b", "y.base", "q4", None, None, "org/target", 1),
     ]
-    picks = resolve(target, [named, paired_a, paired_b], rows).pick_names()
+    picks = _names(resolve(target, [named, paired_a, paired_b], rows))
     assert picks == [f"eagle3:{paired_b}", f"eagle3:{paired_a}", f"dspark:{named}"]
 
 
@@ -101,7 +106,7 @@ def test_same_quantisation_then_newest_then_path_break_ties(layout):
     old = bundle(d / "b.base", "dflash", created="2025-01-01T00:00:00Z")
     new = bundle(d / "c.base", "dflash", created="2026-05-01T00:00:00Z")
     twin = bundle(d / "d.base", "dflash", created="2026-05-01T00:00:00Z")
-    assert resolve(target, [other_quant, old, twin, new]).pick_names() == [
+    assert _names(resolve(target, [other_quant, old, twin, new])) == [
         f"dflash:{new}",
         f"dflash:{twin}",
         f"dflash:{old}",
@@ -112,7 +117,7 @@ def test_same_quantisation_then_newest_then_path_break_ties(layout):
 def test_the_targets_own_head_comes_first(tmp_path):
     target = bundle(tmp_path / "t.base", speculator={"config": {"kind": "mtp"}})
     drafter = bundle(tmp_path / "d.base", "dflash")
-    assert resolve(target, [drafter]).pick_names() == ["mtp-head", f"dflash:{drafter}"]
+    assert _names(resolve(target, [drafter])) == ["mtp-head", f"dflash:{drafter}"]
 
 
 def test_every_file_not_ranked_is_reported_with_its_reason(layout):
@@ -148,7 +153,7 @@ def test_a_listed_drafter_with_the_wrong_bytes_is_skipped_and_the_matching_one_p
         CatalogRow("org/bad", "bad-dflash.base", "q4", bad.stat().st_size, "f" * 64, None, None),
     ]
     resolution = resolve(target, [good, bad], rows)
-    assert resolution.pick_names() == [f"dflash:{good}"]
+    assert _names(resolution) == [f"dflash:{good}"]
     (skip,) = resolution.skipped
     assert skip.catalog and skip.reason.startswith(
         f"{bad} is not the catalog's org/bad q4 (sha256 "

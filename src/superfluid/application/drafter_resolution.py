@@ -60,10 +60,6 @@ class AutoResolution:
         head = [Pick(Strategy.MTP_HEAD)] if self.has_head else []
         return head + [c.pick for c in self.candidates]
 
-    def pick_names(self) -> list[str]:
-        """The picks as the log writes them (`mtp-head`, `dflash:/abs/path.base`)."""
-        return [str(pick) for pick in self.picks()]
-
 
 def rank_auto(
     target: Path,
@@ -144,7 +140,7 @@ def check_explicit(
     except HeaderError as error:
         raise DirectiveError(f"--speculate {directive.raw}: {error.message}") from error
     resolved = resolve_bundle_path(directive, header)
-    named = Strategy.named(resolved.kind) if resolved.kind else kind_of(header)
+    named = resolved.kind if resolved.kind is not None else kind_of(header)
     actual = kind_of(header)
     if named is not actual and not _compatible(named, actual):
         raise DirectiveError(

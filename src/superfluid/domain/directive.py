@@ -20,9 +20,6 @@ from superfluid.domain.drafters import kind_of
 from superfluid.domain.errors import DirectiveError
 from superfluid.domain.strategies import PREFIXES, Pick, Strategy, directive_forms
 
-#: The drafter kinds that may be named with a `<kind>:<path>` prefix.
-PREFIXED_KINDS = PREFIXES
-
 
 class Mode(enum.StrEnum):
     OFF = "off"
@@ -35,30 +32,29 @@ class Mode(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Directive:
-    """A parsed `--speculate` value. `raw` is the trimmed text the user gave."""
+    """A parsed `--speculate` value. `raw` is the trimmed text the user gave.
+
+    `kind` is the strategy the directive names: set by the parser for every form but `off`,
+    `auto` and a bare path, whose kind comes from its file's header (`resolve_bundle_path`).
+    """
 
     mode: Mode
     raw: str
     path: str | None = None
-    kind: str | None = None  # dflash | dspark | eagle3 | draft-model, for DRAFTER
+    kind: Strategy | None = None
 
     def describe(self) -> str:
         """The resolved form the startup log prints after `speculation: `."""
-        if self.mode is Mode.DRAFTER:
-            return f"{self.kind}:{self.path}"
-        if self.mode is Mode.BUNDLE_PATH:
-            return f"{self.kind}:{self.path}" if self.kind else f"{self.path}"
-        return self.mode.value
+        pick = self.pick
+        if pick is not None:
+            return str(pick)
+        return self.path if self.mode is Mode.BUNDLE_PATH and self.path else self.mode.value
 
     @property
     def pick(self) -> Pick | None:
         """The strategy this directive names, once resolved (None: off, auto, or a bare path
         whose kind is not read yet)."""
-        if self.mode in (Mode.DRAFTER, Mode.BUNDLE_PATH):
-            return Pick(Strategy.named(self.kind), self.path) if self.kind else None
-        if self.mode is Mode.AUTO:
-            return None
-        return Pick(Strategy.named(self.mode.value))
+        return None if self.kind is None else Pick(self.kind, self.path)
 
     @property
     def speculates(self) -> bool:
@@ -94,14 +90,15 @@ def parse_directive(
     if raw in ("", "off"):
         return OFF
     if raw == "prompt-lookup":
-        return Directive(Mode.PROMPT_LOOKUP, raw)
+        return Directive(Mode.PROMPT_LOOKUP, raw, kind=Strategy.PROMPT_LOOKUP)
     if raw == "mtp-head":
-        return Directive(Mode.MTP_HEAD, raw)
+        return Directive(Mode.MTP_HEAD, raw, kind=Strategy.MTP_HEAD)
     prefix, sep, rest = raw.partition(":")
-    if sep and prefix in PREFIXED_KINDS:
+    if sep and prefix in PREFIXES:
         if not rest.strip():
             raise unrecognised(raw)
-        return Directive(Mode.DRAFTER, raw, path=expand_home(rest.strip(), home), kind=prefix)
+        path = expand_home(rest.strip(), home)
+        return Directive(Mode.DRAFTER, raw, path=path, kind=Strategy.named(prefix))
     if raw == "auto":
         return Directive(Mode.AUTO, raw)
     # A bare path: `~` is expanded as for prefixed paths (ADR 0002), then it must be a file.
@@ -123,7 +120,7 @@ def resolve_bundle_path(directive: Directive, header: BundleHeader | None) -> Di
     if header is None:
         raise DirectiveError(not_a_bundle(directive.raw))
     return Directive(
-        Mode.BUNDLE_PATH, directive.raw, path=directive.path, kind=kind_of(header).value
+        Mode.BUNDLE_PATH, directive.raw, path=directive.path, kind=kind_of(header)
     )
 
 

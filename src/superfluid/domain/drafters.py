@@ -117,11 +117,6 @@ class Candidate:
     def pick(self) -> Pick:
         return Pick(self.kind, self.path)
 
-    @property
-    def directive(self) -> str:
-        """How the resolved choice is written: `dflash:/abs/path.base`."""
-        return str(self.pick)
-
 
 def rank_key(candidate: Candidate) -> tuple[bool, bool, int, bool, int, bool, float, str]:
     """Sort key: smaller sorts first, so every preference is encoded as 'False is better'."""

@@ -16,14 +16,14 @@ def as_json(explanation: Explanation) -> str:
         "model": explanation.model,
         "runtime": explanation.runtime,
         "directive": explanation.directive,
-        "resolved": explanation.resolved,
+        "resolved": None if explanation.resolved is None else str(explanation.resolved),
         "note": explanation.note,
     }
     if explanation.auto is not None:
         doc["head"] = explanation.auto.has_head
         doc["candidates"] = [
             {
-                "directive": c.directive,
+                "directive": str(c.pick),
                 "path": c.path,
                 "kind": c.kind.value,
                 "paired": c.catalog_paired,
@@ -60,7 +60,7 @@ def as_text(explanation: Explanation) -> str:
         rows = [
             (
                 str(i),
-                c.directive,
+                str(c.pick),
                 _yes(c.catalog_paired),
                 "-" if c.speculator_rank is None else str(c.speculator_rank),
                 _yes(c.named_for_target),
