@@ -52,6 +52,7 @@ from superfluid.domain.errors import DirectiveError, ModelFileError
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
 from superfluid.domain.spec_settings import SpecSettings, depth_for, max_temperature_notice
+from superfluid.domain.strategies import Pick, Strategy
 from superfluid.domain.tool_calls import ToolFamily
 
 log = logging.getLogger("superfluid")
@@ -102,7 +103,7 @@ class Explanation:
     model: str
     runtime: str
     directive: str
-    resolved: str | None  # the strategy that would register; None = plain decoding
+    resolved: Pick | None  # the strategy that would register; None = plain decoding
     note: str | None = None
     auto: AutoResolution | None = None
 
@@ -307,23 +308,23 @@ class Serving:
         if file.header is None:
             if directive.mode not in (Mode.AUTO, Mode.PROMPT_LOOKUP):
                 raise DirectiveError(say.strategy_not_on_runtime(directive.raw, file.runtime))
-            explanation.resolved = "prompt-lookup"
+            explanation.resolved = Pick(Strategy.PROMPT_LOOKUP)
             explanation.note = (
                 "if the model can cut its KV back; serve checks that when it loads the model"
             )
             return explanation
         if directive.mode is Mode.PROMPT_LOOKUP:
-            explanation.resolved = "prompt-lookup"
+            explanation.resolved = Pick(Strategy.PROMPT_LOOKUP)
         elif directive.mode is Mode.AUTO:
             explanation.auto = self._auto(file, file.header)
-            picks = explanation.auto.pick_names()
+            picks = explanation.auto.picks()
             explanation.resolved = picks[0] if picks else None
             if len(picks) > 1:
                 explanation.note = (
                     "if the engine refuses the first pick, serve tries the next in order"
                 )
         else:
-            explanation.resolved = self._explicit(file, file.header, directive).describe()
+            explanation.resolved = self._explicit(file, file.header, directive).pick
         return explanation
 
     def _parse(self, speculate: str | None, env: Mapping[str, str]) -> Directive:
