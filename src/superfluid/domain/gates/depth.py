@@ -8,43 +8,33 @@ accepted. So the depth with the best goodput is
 
 with c(r) the cost (seconds) of a verify step with r rows per lane at this lane count. Costs
 come from a `StepCosts` table keyed by the step's total rows and shared by every lane count of
-a model (see `step_cost.py`): at N lanes, c(r) is the table's cost of N·r rows, so what one lane
-count measured prices a draft at another.
+a model (`step_cost.py`): at N lanes, c(r) is the table's cost of N·r rows, so what one lane
+count measured prices a draft at another. Plain ticks measure c(1).
 
 Acceptance is learnt as a conditional rate per position, p_i = P(accept i | 1..i-1 accepted),
 from exponentially decayed counts (recent traffic matters more than old traffic), and
 a_i = p_1·…·p_i. A position never offered borrows its predecessor's rate (a geometric
 extrapolation), which is what lets a deeper depth look worth a try at all.
 
-Plain ticks measure c(1).
+**Match classes** (ADR 0013). A draft continuing a long prompt-lookup match is accepted far more
+often than one following two tokens that happen to repeat, so acceptance is learnt, and k
+picked, per match class (`match_class`); a drafter without a match length has one class. Step
+costs stay shared.
 
-**Match classes** (ADR 0013). A draft's acceptance depends on how sure its drafter is, and
-prompt-lookup says so: the *match length* behind a draft (`domain/prompt_lookup.py`). A draft
-continuing a twenty-token copy is accepted far more often than one that follows two tokens that
-happen to repeat, so one acceptance model for both drafts the sure ones too short and the unsure
-ones too long. The controller therefore learns acceptance, and picks k, per match class
-(`match_class`); a drafter without a match length has one class. Step costs stay shared.
+**Candidate depths** (ADR 0013). A policy may restrict k to `candidates`: `power_of_two_rows`
+keeps the depths whose verify step carries a power-of-two number of rows, because matrix kernels
+work in tiles and a row count just past a tile can cost more than a larger one that fills it;
+a controller exploring by ±1 from a cheap shape lands on a dear one. With `may_skip`, k = 0 (no
+draft) is a candidate too, so a class whose drafts do not pay for their rows stops drafting.
 
-**Candidate depths.** A policy may restrict k to `candidates`: `power_of_two_rows` keeps the
-depths whose verify step carries 2, 4, 8, 16, 32 or 64 rows. Matrix kernels work in tiles, and
-on the 2-core CPU a step of 3, 5 or 9 rows costs more than one of 4, 8 or 10 (ADR 0013 has the
-table); a controller that explores by ±1 from a cheap shape always lands on a dear one and stays
-put.
-With `may_skip`, k = 0 (no draft) is a candidate too: a class whose drafts do not pay for their
-rows stops drafting, which is what happens to bare two-token matches on this machine.
-
-**One depth per tick from 4 lanes.** A batched verify step is as wide as its widest lane:
-on llama.cpp, lanes that feed different widths split the step into passes that each read every
-weight again, or are padded with throwaway rows (`adapters/llamacpp/runtime.py`). Per-class
-depths (say 1, 0 and 7) make exactly such ticks, so from `SHARED_DEPTH_FROM_LANES` lanes on the
-classes that draft share one depth: the candidate that the mixture of their acceptance curves,
-weighted by how often each class drafted lately, prices best. Whether a class drafts at all stays
-its own call, except in a tick where another lane drafts: the step is padded to that lane's
-width anyway, so the lane drafts too, its draft costing only its logits rows (`TickPlan.fill`).
-Below that each class keeps its own depth: at 2 lanes a split pass costs less than drafting
-every class to one depth. (Fresh copy-heavy prompts: in-process at 8 lanes 118.6 → 135.3 tok/s;
-over HTTP, paired, 1.22× at 4 clients and 1.04× at 8; at 2 lanes it lost 4-7% in-process; the
-fill a further 1.18× at 4 lanes and 1.10× at 8 in-process; ADR 0014.)
+**One depth per tick from `SHARED_DEPTH_FROM_LANES` lanes** (ADR 0014). A batched verify step
+is as wide as its widest lane: on llama.cpp, lanes that feed different widths split the step
+into passes that each read every weight again, or are padded with throwaway rows
+(`adapters/llamacpp/runtime.py`). So from that lane count on, the classes that draft share the
+depth that the mixture of their acceptance curves, weighted by how often each class drafted
+lately, prices best. Whether a class drafts at all stays its own call, except in a tick where
+another lane drafts: the step is padded to that width anyway, so the lane drafts too
+(`TickPlan.fill`). Below that lane count a split pass costs less, and each class keeps its depth.
 
 Every `EXPLORE_EVERY` recorded steps the controller proposes a neighbour of its best depth
 (alternately deeper and shallower, among the candidates), so a depth whose measurements are stale
@@ -78,17 +68,14 @@ EXPLORE_EVERY = 16
 
 #: Where each match class starts, in tokens of match length. Class 0 is everything shorter
 #: (for prompt-lookup: only the two-token fallback matched) and every draft without a length.
-#: A class of long copies (16, 32 or 48 and more) for depths past 15 did not pay: replayed,
-#: it learns too slowly to beat class 8+ going deep (`bench/draft_length_sim.py`, ADR 0014).
+#: No class of longer copies: it learns too slowly to beat class 8+ going deep (ADR 0014).
 MATCH_CLASS_STARTS = (3, 8)
 
 #: How many match classes a controller keeps.
 MATCH_CLASSES = len(MATCH_CLASS_STARTS) + 1
 
-#: From this many lanes on, the classes that draft share one depth per tick (`depths`). Below it
-#: each class keeps its own: at 2 lanes the shared depth lost 4-7% in-process (paired, long-prompt
-#: and open-ended) and the served 2-client cells fell with it, at 3 lanes 18% on copy-heavy; at
-#: 4 and 8 it won (ADR 0014).
+#: From this many lanes on, the classes that draft share one depth per tick (`depths`); below
+#: it each class keeps its own, since a split pass costs less there (ADR 0014).
 SHARED_DEPTH_FROM_LANES = 4
 
 
@@ -145,8 +132,7 @@ class AcceptanceModel:
     One model serves every lane count of a served model (like `StepCosts`): how often a draft
     of a given match class is accepted is a property of the text and the drafter, not of how
     many other lanes share the step, so a lane count reached for the first time starts from
-    what the others learnt instead of learning again at the starting depth (issue 23: learning
-    at a new lane count cost open-ended rounds 8–20%).
+    what the others learnt instead of learning again at the starting depth (ADR 0014).
     """
 
     __slots__ = ("_accepted", "_offered", "_rounds", "max_depth")

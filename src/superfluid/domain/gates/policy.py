@@ -10,16 +10,10 @@ Who decides what:
 - the yield floor (per model, per request) can abandon the strategy for good: every plan is
   then plain;
 - the throughput gate (per lane count) decides plain or speculative for that lane count;
-- the depth controller (per lane count) picks the depth when speculating, per match class (how
-  sure a draft is; a drafter without match lengths has one class), among depths whose verify
-  step carries a power-of-two number of rows, or no draft for a class whose drafts do not pay;
-  from `SHARED_DEPTH_FROM_LANES` (4) lanes on the classes that draft share one depth, so a
-  tick's lanes feed one width, and a lane whose class does not draft fills a tick in which
-  another lane drafts (`TickPlan.fill`: its rows are padded in anyway);
-  it prices drafts with one step-cost table per model, keyed by a step's total rows (every lane
-  count's ticks measure it: see `gates/step_cost.py`), and learns acceptance per match class
-  once per model (`AcceptanceModel`), so a lane count reached for the first time picks its
-  depths from what the others learnt instead of learning again.
+- the depth controller (per lane count) picks the depth per match class when speculating, or
+  no draft for a class whose drafts do not pay (`gates/depth.py`); it prices drafts with one
+  step-cost table per model (`gates/step_cost.py`) and learns acceptance once per model
+  (`AcceptanceModel`), so a new lane count starts from what the others learnt.
 
 Settling: a probe decides within the gate's `settle_ticks` once it has a full probe's ticks
 each way, and is undecided (measuring on) until then. A lane count where no match class
@@ -114,7 +108,7 @@ class SpecPolicy:
         match_classes: int = 1,
     ) -> None:
         """`depth_cap` is the runtime's limit (its verify-row cap minus one), at most
-        `MAX_DRAFT_TOKENS` (64);
+        `MAX_DRAFT_TOKENS`;
         `match_classes` is how many match classes the drafter's drafts fall in (1: it gives
         no match lengths; prompt-lookup: `depth.MATCH_CLASSES`)."""
         if not 1 <= match_classes <= MATCH_CLASSES:

@@ -22,50 +22,25 @@ Measurement rules:
   inside a SPECULATE window it is ignored, because the window judges drafted ticks.
 - A tick whose clock did not advance (seconds ≤ 0, or not finite) is dropped: it says nothing.
 
-Paired probes (ADR 0016). The two samples take ticks in turn (whichever has fewer asks for the
-next), so a speculating tick and a plain one are measured tens of milliseconds apart, at the
-same point of the same replies. Measured in blocks (24 speculating ticks, then 24 plain), a
-probe compared the machine at two moments: a shared 2-core host drifts by 10-25% within
-seconds, more than the 8% speed-up the gate asks for. At 8 lanes on open-ended text, where
-speculating and plain decoding run level in-process (123.4 against 120.5 tok/s, ticks in turn),
-blocked probes measured 122.0 against 105.3 and speculated. A window's re-check still sets
-the window against plain ticks taken after it: a win is re-checked every window, and a paired
-re-check's plain half costs where speculation pays.
+Paired probes (ADR 0016): the sample with fewer ticks takes the next one, so a speculating tick
+and a plain one are measured tens of milliseconds apart, at the same point of the same replies,
+and a drift in the machine's speed falls on both. A window's re-check sets the window's drafted
+ticks against plain ticks measured afresh.
 
-Probe sizes: 24 measured ticks each way, windows of 256 drafted ticks, early stop checked from
-the 48th drafted tick of a window with a 10% margin below plain ("clearly below"). A speculating probe
-must span more than one stretch of a reply: copy-heavy replies alternate runs accepted whole
-with edits that miss several rounds in a row, and a short probe that falls on the edits sends
-the lane count to plain decoding on prompts where speculation pays (ADR 0007). 24 ticks cost
-little where speculation loses: a tick that drafts nothing is a plain tick. The early stop
-waits for 48 drafted ticks for the same reason: a window that opens on an edit is not yet a
-strategy that stopped paying, and a stop costs a re-check and possibly 32 requests of plain
-decoding.
+Sizes (`GateTuning`, ADR 0007): copy-heavy replies alternate runs accepted whole with edits that
+miss several rounds in a row, so a speculating probe spans more than one such stretch, and the
+early stop waits `early_stop_ticks` drafted ticks before it judges a window.
 
-Evidence. A full probe decides only when its figures settle the question: the log of
-spec_rate / (min_speedup × plain_rate) must lie `evidence` (2) standard errors from zero, the
-errors of the two rates estimated from their ticks (`RateSample.relative_variance`). A close
-call measures another probe's worth each way. And a loss must rest on at least as many
-speculating ticks as an early stop (48): a wrong win is corrected within its window, a wrong
-loss only after `reprobe` requests (32), so a loss needs the firmer evidence. Measured over
-HTTP on fresh open-ended prompts at 2 clients, where speculation runs 1.3-1.5x plain: before,
-2 server lives in 12 sent the lane count to plain on 24 speculating ticks taken before the
-replies started repeating (39.1 against 43.1 tok/s plain; 54.2 against 52.6); the evidence rule
-alone still lost 2 lives in 14 that way, and with the loss's floor 8 lives in 8 speculated (one
-after 72 speculating ticks: 49.1 against 56.4 on its first 24, 63.6 against 52.8 in the end).
-Where speculation does lose (8 clients on copy-heavy: 106.2 against 111.8) the verdict came 24
-speculating ticks later, about one tick's time lost.
+Evidence (ADR 0014): a full probe decides only when the log of spec_rate / (min_speedup ×
+plain_rate) lies `evidence` standard errors from zero (`RateSample.relative_variance`); a close
+call measures another probe's worth each way. A loss also needs `early_stop_ticks` speculating
+ticks: a wrong win is corrected within its window, a wrong loss only after `reprobe` requests.
 
-Settling. A lane count's probe ends within `settle_ticks` ticks at that lane count (every
-tick the gate is shown counts, measured or not; the policy shows it no tick on which no lane
-may draft), so a server that has served a bounded number of requests there has decided. A
-probe that runs out decides on what it has, but only when that is a full probe's worth each
-way (`probe_ticks` measured ticks): speculation must then still beat plain by `min_speedup`.
-Short of that the probe is undecided: it measures on, drafting where it can, its deadline
-resting for `undecided_wait` finished requests, and the samples it keeps grow until they can
-settle the question. Agent traffic is the case: forced tool calls never draft, short answers
-rarely do, and a verdict on a handful of ticks would send the copy-heavy edits that follow to
-plain decoding.
+Settling (ADR 0014): a probe ends within `settle_ticks` ticks at its lane count (every tick the
+gate is shown counts; the policy shows it none on which no lane may draft). At that deadline it
+decides only on a full probe's worth each way; short of that it is undecided and measures on,
+its deadline resting for `undecided_wait` finished requests, so traffic that rarely drafts
+(forced tool calls, short answers) is not judged on a handful of ticks.
 
 Invariant: the gate holds no state about any other lane count.
 """

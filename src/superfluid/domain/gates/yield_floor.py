@@ -5,13 +5,12 @@ Yield is accepted draft tokens per verified round. Each request is judged once, 
 that request; at or above it *passes* and is not judged again. Only rounds in which something
 was drafted count: a tick where the drafter had nothing to offer verified nothing.
 
-The floor is written for drafts of the default depth (`full_depth`: prompt-lookup's 4, or the
-operator's `--spec-draft-tokens`). A round the depth controller asked for fewer tokens than that
-is held to the floor in proportion: a round asked for k < full_depth tokens needs
-min_yield × k / full_depth of them accepted, the same acceptance rate. Otherwise a lane count
-where drafts are priced at one token (8 lanes on this machine) holds a good drafter to 75%
-acceptance, and two requests there gave prompt-lookup up for good (ADR 0013). With adaptive
-depth off every round is asked for the default depth, and the rule is the seed's exactly.
+The floor is written for drafts of the default depth (`full_depth`: the strategy's default, or
+the operator's `--spec-draft-tokens`). A round the depth controller asked for k < full_depth
+tokens needs min_yield × k / full_depth of them accepted, the same acceptance rate, so a lane
+count where drafts are priced at one token does not hold a good drafter to a far higher
+acceptance rate and give it up (ADR 0013). With adaptive depth off every round is asked for the
+default depth, and the floor applies unscaled.
 
 Per model, verdicts are read in the order they are reached. Two failures with no pass between
 them abandon the strategy for good (until restart); a pass wipes the slate. A request that ends
