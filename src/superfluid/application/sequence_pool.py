@@ -21,10 +21,10 @@ from superfluid.application.ports import Runtime
 MIN_REUSED_TOKENS = 16
 #: Below `LONG_SHARED_PREFIX` tokens a parked sequence is taken only for at least this share of
 #: the prompt: a conversation's next turn shares most of its prompt, a chat template's opening
-#: lines (15-30 tokens) only a few percent.
+#: lines only a few percent.
 MIN_REUSED_SHARE = 0.25
-#: A shared prefix this long is worth taking whatever the prompt's length (a long system
-#: prompt): about a second of prefill on a 2-core machine.
+#: A shared prefix this long (a long system prompt) is worth taking whatever the prompt's
+#: length: its prefill is worth saving whatever share of the prompt it is.
 LONG_SHARED_PREFIX = 256
 
 
@@ -33,8 +33,8 @@ def worth_reusing(shared: int, prompt_length: int) -> bool:
 
     Taking a parked sequence for a template's few shared tokens is not free: lanes land on
     whichever sequence ids were parked, and on llama.cpp a step over non-consecutive ids whose
-    lanes feed unequal widths runs in several passes (adapters/llamacpp/runtime.py). Four
-    copy-heavy lanes decoded 0.88x as fast with such reuse as without it (ADR 0009)."""
+    lanes feed unequal widths runs in several passes (adapters/llamacpp/runtime.py; ADR 0009
+    has the measurements)."""
     if shared >= LONG_SHARED_PREFIX:
         return True
     return shared >= MIN_REUSED_TOKENS and shared >= MIN_REUSED_SHARE * prompt_length
@@ -109,9 +109,8 @@ class SequencePool:
 
     # Which id a new lane takes. llama.cpp runs a step's lanes in one pass only over consecutive
     # sequence ids (adapters/llamacpp/runtime.py); a gap costs throwaway rows or another pass
-    # on every step of the lanes' lives. Handing out the lowest free id scattered a round: at 4
-    # clients after rounds at 1 and 2, the one free id was 7 and the least recently parked
-    # 0, 1 and 2, and over HTTP alternate 4-lane rounds decoded at 68-70 tok/s against 90-93.
+    # on every step of the lanes' lives, so a new lane takes an id beside the lanes' block
+    # (ADR 0009).
 
     def _neighbours(self) -> list[int]:
         """The ids just above and below the block lanes hold now (none when no lane holds one)."""
