@@ -38,9 +38,9 @@ measurements, `bench/llamacpp_bitexact.py` reproduces them):
 Two switches change speed only, computing every value as before, bit for bit:
 `GGML_CPU_Q0_OFFSET_DOT=1` (superfluid's patch, AVX-512 VNNI builds) takes the sign trick out of
 tinyBLAS's Q0 tiles (the Q8_0 vocabulary head, Q5_0 weights), and `GGML_CPU_Q0_PREFETCH=1` (AVX2
-builds) makes those tiles prefetch the next block of weight rows, which takes about a third
-off steps of 2-8 rows. They are switches, not changes, so that the peer llama-server built from
-the same tree for the benchmarks runs llama.cpp's own kernels.
+builds) makes those tiles prefetch the next block of weight rows (ADR 0017 has what each saves).
+They are switches, not changes, so that the peer llama-server built from the same tree for the
+benchmarks runs llama.cpp's own kernels.
 
 With these, rows are identical at every depth (up to 65 rows), in prefill of any length and
 with any other lanes in the step, so speculation (and a reused prefix) cannot change greedy
@@ -105,12 +105,12 @@ class Kernels:
     #: do so tiled (needs superfluid's patch and an AVX2 build).
     tiled_row_order: bool = False
     #: tinyBLAS's Q0 tiles (Q8_0, Q5_0, Q4_0 weights) without the sign trick: the same values,
-    #: bit for bit, and steps of 16+ rows about 5% cheaper (needs superfluid's patch and an
-    #: AVX-512 VNNI build; speed only, so `batch_invariant` does not look at it).
+    #: bit for bit, and wide steps cheaper (ADR 0017; needs superfluid's patch and an AVX-512
+    #: VNNI build; speed only, so `batch_invariant` does not look at it).
     offset_dot: bool = False
     #: tinyBLAS's Q0 tiles prefetch the next block of weight rows: the same values, and steps of
-    #: 2-8 rows about a third cheaper on the benchmarks' machine (needs superfluid's patch and an
-    #: AVX2 build; speed only, so `batch_invariant` does not look at it).
+    #: a few rows cheaper (ADR 0017; needs superfluid's patch and an AVX2 build; speed only, so
+    #: `batch_invariant` does not look at it).
     q0_prefetch: bool = False
     #: F32, F16, BF16 and IQ4_NL weights through tinyBLAS at one activation row too, as from two
     #: rows on (needs superfluid's patch and an x86 build): without it a token's row sums in

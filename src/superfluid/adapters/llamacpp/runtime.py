@@ -65,23 +65,20 @@ MAX_VERIFY_ROWS = 65
 #: Steps this wide or narrower may be padded into one pass: past 16 rows a row costs as much
 #: as a pass saves (docs/benchmarks/step_cost.md), so wider steps are left as they come.
 MAX_PADDED_WIDTH = 16
-#: Throwaway rows worth one pass fewer (see `_padded_widths`). Four lanes of unequal feeds at
-#: 1,000 cells on the 2-core machine: padding up to 9 rows to save a pass is cheaper (4/1/1/1:
-#: 1.89 against 2.15 four-lane steps split), 12 or more dearer (8/4/4/4: 3.57 against 3.31;
-#: `bench/llamacpp_padding_cost.py`, ADR 0008). A padding row runs every layer but the
-#: vocabulary head.
+#: Throwaway rows worth one pass fewer (see `_padded_widths`): a padding row runs every layer
+#: but the vocabulary head, a pass saved saves a read of every weight, and about ten rows is
+#: where the two cross (`bench/llamacpp_padding_cost.py`; ADR 0008 has the measurements).
 PADDING_ROWS_PER_PASS = 10
 
 
 def cheap_logit_rows(rows: int) -> int:
     """The fewest logits rows, at least `rows`, that the vocabulary head computes cheaply.
 
-    The head's matrix kernel works on blocks of rows: on the 2-core AVX2 machine one pass with
-    3 logits rows costs 3.3 one-row steps and one with 4 rows 2.6; 5-7 rows cost 3.8-4.5 and 8
-    rows 3.1; past 8, an odd count costs 0.3-0.6 of a step more than the next even one (plain
-    decoding at 3 lanes: 3.33, at 4 lanes: 2.67; `bench/llamacpp_step_cost.py --logit-rows`,
-    ADR 0013). So a pass asks for throwaway logits rows up to the next count here. One or two
-    rows are left alone: the one-row pass is the plain decode, and 4 rows cost more than 2.
+    The head's matrix kernel works on blocks of rows, so 3 logits rows cost more than 4, 5-7
+    more than 8, and past 8 an odd count more than the next even one
+    (`bench/llamacpp_step_cost.py --logit-rows`; ADR 0013 has the measurements). A pass asks for
+    throwaway logits rows up to the next count here. One or two rows are left alone: the one-row
+    pass is the plain decode, and 4 rows cost more than 2.
     """
     if rows <= 2:
         return rows

@@ -6,10 +6,8 @@ Q5_0 block keeps every weight's value exactly, and llama.cpp's x86 kernels (tiny
 and the one-row `ggml_vec_dot_*_q8_0`) form the same integer dot products and the same float
 sums from it, without unpacking the fifth bit in every tile: every logit the widened file gives
 is the original's, bit for bit, and the batch-invariance the served kernels keep (ADR 0008)
-holds as it does for the Q8_0 vocabulary head. On the demo model (Gemma 3 270M Q4_K_M, whose
-640-wide rows take no K-quant, so 63% of its layer weights are Q5_0) on the 2-core AVX-512
-machine, a 1,200-token prefill costs 14% less and a one-row decode step 9% less, for 24 MB more
-weights (ADR 0018).
+holds as it does for the Q8_0 vocabulary head. Small models whose rows no K-quant block divides
+hold much of their weights as Q5_0; ADR 0018 has what widening saves and costs.
 
 `widened_copy` writes the widened GGUF once under a cache directory and returns its path; the
 header's key-value section is copied byte for byte and only the Q5_0 tensors' type, size and
