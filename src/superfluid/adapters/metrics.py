@@ -161,7 +161,7 @@ class PrometheusMetrics:
 
         # Where decode time goes, by lane count and kind of tick: a speed-up or loss seen over
         # a whole run is split here into the lane counts a run passes through and what the
-        # gates did at each (issue 23: the 8-client open-ended cell).
+        # gates did at each.
         def by_tick(name: str, documentation: str) -> Counter:
             return Counter(name, documentation, ["model", "lanes", "kind"], registry=registry)
 

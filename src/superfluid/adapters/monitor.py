@@ -10,9 +10,10 @@ idle server's log stays quiet:
 A rate is shown only when that work happened within the window: a line never claims
 `prefill 0 tok/s` while nothing prefilled (the line then leaves prefill out), and a model that
 only finished requests since its last line says `idle`. The logger adds the `superfluid:`
-prefix; the line itself does not carry one. `spec accept` is accepted over proposed draft tokens over the server's life, `-` before anything
-was proposed. Rates are tokens per tick-second over a recent window (see adapters.rates): the
-interval for summary lines, a few seconds for the live view.
+prefix; the line itself does not carry one. `spec accept` is accepted over proposed draft
+tokens over the server's life, `-` before anything was proposed. Rates are tokens per
+tick-second over a recent window (see adapters.rates): the interval for summary lines, a few
+seconds for the live view.
 
 The monitor is a service Observer, fed from the worker threads; it keeps its own small tallies
 under one lock. Rendering is pure (a list of `ModelView` in, text or a rich table out) and the

@@ -12,8 +12,7 @@ plain-decode output token for token. On a sampling lane (`propose_sampled`) each
 drawn from the draft model's own distribution q under the request's sampling parameters, with
 the counter RNG's draft stream, and the executor verifies by rejection sampling with that q
 (docs/contract.md §6), as the heads do. Drafting the argmax at temperature > 0 accepts only where
-the target happens to sample its own mode (about a quarter of the time on the fixtures); drafting
-from q accepts with probability Σ min(p, q).
+the target happens to sample its own mode; drafting from q accepts with probability Σ min(p, q).
 
 A draft model must share the target's tokenizer, token for token, and be able to cut its cache
 back; anything else is refused when the drafter is built, in one sentence.
