@@ -16,7 +16,7 @@ import numpy as np
 
 from superfluid.application.ports import Capabilities, Feed, Logits, RuntimeFault
 from superfluid.domain.gates.policy import TickPlan
-from superfluid.domain.tool_calls import ToolFamily
+from superfluid.domain.tool_calls.families import ToolFamily
 
 EOS = 0
 

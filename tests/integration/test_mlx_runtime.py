@@ -33,7 +33,7 @@ from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.spec_settings import SpecSettings
-from superfluid.domain.tool_calls import ToolFamily
+from superfluid.domain.tool_calls.families import ToolFamily
 from tests.integration.mlx_models import write_tiny_llama
 
 GREEDY = SamplingParams(temperature=0.0)

@@ -19,20 +19,17 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from superfluid.domain.tool_calls import (
+from superfluid.domain.tool_calls.calls import ParsedCall
+from superfluid.domain.tool_calls.events import (
     ArgumentsFragment,
     CallOpened,
     CallProblem,
     Content,
-    FirstCallEnd,
-    ParsedCall,
     ToolCallEvent,
-    ToolCallReader,
-    ToolFamily,
-    parse_reply,
-    read_as_streamed,
-    read_reply,
 )
+from superfluid.domain.tool_calls.families import ToolFamily
+from superfluid.domain.tool_calls.reader import FirstCallEnd, ToolCallReader
+from superfluid.domain.tool_calls.replies import parse_reply, read_as_streamed, read_reply
 
 # Function names are Python identifiers (a pythonic call is Python syntax): no keywords.
 NAMES = st.from_regex(r"[a-z_][a-z0-9_]{0,7}(\.[a-z_][a-z0-9_]{0,3})?", fullmatch=True).filter(
@@ -163,6 +160,10 @@ SOUP = {
     ToolFamily.PYTHONIC: ["```tool_code", "```", "f", "g.h", "(", ")", "x=1", "'a)'", '"""q"""'],
 }
 COMMON = ["{", "}", "[", "]", ":", ",", " ", "\n", "text", '"', "\\", "1", "null", '{"x": 1}']
+
+
+def test_every_family_has_replies_and_markup_to_draw() -> None:
+    assert set(REPLIES) == set(ToolFamily) == set(SOUP)
 
 
 @st.composite

@@ -15,7 +15,8 @@ from superfluid.adapters.chat_templates import (
     jinja_template,
     template_file,
 )
-from superfluid.domain.tool_calls import ToolFamily, parse_reply
+from superfluid.domain.tool_calls.families import ToolFamily
+from superfluid.domain.tool_calls.replies import parse_reply
 
 TOOL = {
     "type": "function",

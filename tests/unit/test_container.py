@@ -14,7 +14,7 @@ from superfluid.application.serving import ServePlan
 from superfluid.domain.errors import DirectiveError
 from superfluid.domain.spec_settings import SpecSettings
 from superfluid.domain.strategies import Strategy
-from superfluid.domain.tool_calls import ToolFamily
+from superfluid.domain.tool_calls.families import ToolFamily
 from superfluid.entrypoints.container import Container
 from tests.fakes import FakeRuntime
 

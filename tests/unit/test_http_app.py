@@ -16,7 +16,7 @@ from superfluid.application.service import GenerationService, ModelHost
 from superfluid.application.tool_calling import FunctionTool, ToolChoice, ToolPlan
 from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.strategies import Strategy
-from superfluid.domain.tool_calls import ToolFamily
+from superfluid.domain.tool_calls.families import ToolFamily
 from superfluid.entrypoints.http.app import _read_calls, create_app
 from superfluid.entrypoints.http.errors import ApiError, from_validation_errors
 from superfluid.entrypoints.http.intake import (

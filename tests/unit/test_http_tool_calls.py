@@ -23,7 +23,7 @@ from superfluid.application.registration import Registration
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.strategies import Strategy
-from superfluid.domain.tool_calls import ToolFamily
+from superfluid.domain.tool_calls.families import ToolFamily
 from superfluid.entrypoints.http.app import create_app
 from tests.fakes import EOS, FakeRuntime
 

@@ -3,26 +3,32 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
-from superfluid.domain.tool_calls import (
+from superfluid.domain.tool_calls.calls import ParsedCall
+from superfluid.domain.tool_calls.events import (
     ArgumentsFragment,
     CallClosed,
     CallOpened,
     CallProblem,
     Content,
-    FirstCallEnd,
-    ParsedCall,
     ToolCallEvent,
-    ToolCallReader,
-    ToolFamily,
-    ends_inside_call,
-    family_of_template,
-    parse_reply,
-    read_reply,
 )
+from superfluid.domain.tool_calls.families import (
+    FAMILIES,
+    ToolFamily,
+    ToolFamilyRecord,
+    family_of_template,
+)
+from superfluid.domain.tool_calls.reader import FirstCallEnd, ToolCallReader
+from superfluid.domain.tool_calls.replies import ends_inside_call, parse_reply, read_reply
 
 
 def call(name: str, **arguments: object) -> ParsedCall:
@@ -478,3 +484,52 @@ def test_a_whole_reply_is_read_by_the_parser_when_it_can() -> None:
     assert read_reply(ToolFamily.HERMES, text) == parse_reply(ToolFamily.HERMES, text)
     complete = '[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {}}]'
     assert read_reply(ToolFamily.MISTRAL, complete) == parse_reply(ToolFamily.MISTRAL, complete)
+
+
+# -- the family table -----------------------------------------------------------------------------
+
+
+def test_every_family_has_one_complete_record() -> None:
+    assert sorted(r.family for r in FAMILIES) == sorted(ToolFamily)
+    for record in FAMILIES:
+        for field in dataclasses.fields(ToolFamilyRecord):
+            if field.name != "template_marker":
+                assert getattr(record, field.name) is not None, (record.family, field.name)
+        assert callable(record.parse) and callable(record.read)
+        assert inspect.isgeneratorfunction(record.read), record.family  # a stream grammar
+        assert record.parse("Nothing to call here.") is None, record.family
+    unmarked = [r.family for r in FAMILIES if r.template_marker is None]
+    assert len(unmarked) == 1  # the family of templates that take tools but show no marker
+    markers = [r.template_marker for r in FAMILIES if r.template_marker is not None]
+    assert all(markers) and len(set(markers)) == len(markers)
+
+
+@pytest.mark.parametrize("record", FAMILIES, ids=lambda r: r.family.value)
+def test_each_family_is_read_off_its_own_template_marker(record: ToolFamilyRecord) -> None:
+    marker = record.template_marker or "{{ tools | tojson }}"
+    assert family_of_template(f"{{% if tools %}}{marker}{{% endif %}}") is record.family
+
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = "### A new tool-call family"
+
+
+def _recipe() -> str:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    assert RECIPE in text, f"docs/architecture.md has no {RECIPE!r} section"
+    section = text.split(RECIPE, 1)[1]
+    return re.split(r"^#{1,3} ", section, maxsplit=1, flags=re.M)[0]
+
+
+def test_the_recipe_for_a_new_family_names_files_that_exist_and_the_table() -> None:
+    recipe = _recipe()
+    named = re.findall(r"`([^`\s]+)`", recipe)
+    paths = [p for p in named if re.search(r"/|\.(py|md|toml)$", p)]
+    for path in paths:
+        # `<family>` stands for the new family's name: its folder exists.
+        exists = ROOT / path.split("<")[0] if "<" in path else ROOT / path
+        assert exists.exists(), f"{RECIPE} names {path}, which does not exist"
+    table = {sys.modules[t.__module__].__file__ for t in (ToolFamily, ToolFamilyRecord)}
+    for file in table:
+        assert file is not None
+        assert str(Path(file).relative_to(ROOT)) in paths, f"{RECIPE} does not name {file}"

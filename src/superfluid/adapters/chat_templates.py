@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from superfluid.domain.errors import SuperfluidError
-from superfluid.domain.tool_calls import ToolFamily, family_of_template
+from superfluid.domain.tool_calls.families import ToolFamily, family_of_template
 
 Messages = Sequence[Mapping[str, Any]]
 Tools = Sequence[Mapping[str, Any]]

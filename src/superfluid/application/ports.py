@@ -31,7 +31,7 @@ from superfluid.domain.gates.policy import TickPlan
 from superfluid.domain.sampling import SamplingParams
 from superfluid.domain.sampling_defaults import SamplingDefaults
 from superfluid.domain.strategies import Strategy
-from superfluid.domain.tool_calls import ToolFamily
+from superfluid.domain.tool_calls.families import ToolFamily
 
 Logits = npt.NDArray[np.float32]
 

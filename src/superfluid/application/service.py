@@ -34,7 +34,7 @@ from superfluid.application.requests import GenerationRequest
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.gates.throughput import ThroughputVerdict
 from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
-from superfluid.domain.tool_calls import ToolFamily
+from superfluid.domain.tool_calls.families import ToolFamily
 
 log = logging.getLogger("superfluid")
 

@@ -53,7 +53,7 @@ from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
 from superfluid.domain.spec_settings import SpecSettings, depth_for, max_temperature_notice
 from superfluid.domain.strategies import Pick, Strategy
-from superfluid.domain.tool_calls import ToolFamily
+from superfluid.domain.tool_calls.families import ToolFamily
 
 log = logging.getLogger("superfluid")
 

@@ -25,14 +25,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from superfluid.domain.json_schema import Node, call_arguments, call_list
-from superfluid.domain.tool_calls import (
-    FirstCallEnd,
-    ParsedCall,
-    ParsedReply,
-    ToolFamily,
-    ends_inside_call,
-    read_reply,
-)
+from superfluid.domain.tool_calls.calls import ParsedCall, ParsedReply
+from superfluid.domain.tool_calls.families import ToolFamily
+from superfluid.domain.tool_calls.reader import FirstCallEnd
+from superfluid.domain.tool_calls.replies import ends_inside_call, read_reply
 
 
 class ToolChoice(enum.Enum):

@@ -47,7 +47,7 @@ from superfluid.domain.spec_settings import (
     parse_number,
 )
 from superfluid.domain.strategies import Strategy, directive_help
-from superfluid.domain.tool_calls import ToolFamily
+from superfluid.domain.tool_calls.families import ToolFamily
 
 log = logging.getLogger("superfluid")
 

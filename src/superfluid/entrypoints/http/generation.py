@@ -38,7 +38,7 @@ from superfluid.application.requests import GenerationRequest
 from superfluid.application.service import SHUTTING_DOWN, GenerationService, ModelHost
 from superfluid.application.text import TextStream
 from superfluid.domain.logprobs import TokenLogprob
-from superfluid.domain.tool_calls import FirstCallEnd
+from superfluid.domain.tool_calls.reader import FirstCallEnd
 from superfluid.entrypoints.http.errors import ClientGone
 from superfluid.entrypoints.http.replies import LogprobEntry, TopEntry
 

@@ -32,14 +32,14 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from superfluid.application.tool_calling import ToolChoice, ToolPlan
-from superfluid.domain.tool_calls import (
+from superfluid.domain.tool_calls.events import (
     ArgumentsFragment,
     CallOpened,
     CallProblem,
     Content,
     ToolCallEvent,
-    ToolCallReader,
 )
+from superfluid.domain.tool_calls.reader import ToolCallReader
 from superfluid.entrypoints.http.errors import SERVER_ERROR, SHUTTING_DOWN_CODE, error_body
 from superfluid.entrypoints.http.generation import Generation, Piece
 from superfluid.entrypoints.http.replies import (
