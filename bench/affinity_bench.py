@@ -24,7 +24,7 @@ llama.cpp processes whose threads share two cores stall each other at every step
 the 2-core machine: a request on each replica at once took 18-34 s unpinned, 1 s pinned).
 
 Writes `README.md` and `affinity_bench.raw.json` into `--out` (default
-`docs/benchmarks/router-affinity/`; `/tmp/superfluid-affinity-bench/quick` with `--quick`);
+`docs/benchmarks/router-affinity-smollm2-2-replicas/`; `/tmp/superfluid-affinity-bench/quick` with `--quick`);
 `--from-raw RAW` rewrites the report from a saved run.
 """
 
@@ -920,7 +920,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.out = args.out or (
         Path("/tmp/superfluid-affinity-bench/quick")
         if quick
-        else Path("docs/benchmarks/router-affinity")
+        else Path("docs/benchmarks/router-affinity-smollm2-2-replicas")
     )
     return args
 

@@ -29,7 +29,7 @@ so on, so that a ratio pairs sessions measured seconds apart. Session files are 
 round (warm-up rounds included), so no server sees a prompt twice.
 
 Writes `README.md` and `agent_bench.raw.json` into `--out` (default
-`docs/benchmarks/agent-sessions/`; `/tmp/superfluid-agent-bench/quick` with `--quick`);
+`docs/benchmarks/agent-sessions-smollm2-gemma3-1-4-clients/`; `/tmp/superfluid-agent-bench/quick` with `--quick`);
 `--from-raw RAW` rewrites the report from a saved run. A default run takes about 20-25 minutes on
 2 cores.
 """
@@ -184,7 +184,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.out = args.out or (
         Path("/tmp/superfluid-agent-bench/quick")
         if quick
-        else Path("docs/benchmarks/agent-sessions")
+        else Path("docs/benchmarks/agent-sessions-smollm2-gemma3-1-4-clients")
     )
     args.models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     args.systems = chosen_systems(parser, args.systems, SYSTEMS)

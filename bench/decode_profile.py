@@ -21,7 +21,7 @@ median step, in milliseconds, and the ratio to the defaults. What the HTTP serve
 (the event loop, streaming) is `bench.http_bench`'s `off / raw loop`.
 
 `perf record -g .venv/bin/python -m bench.decode_profile --only served ...` gives the kernel
-shares (docs/benchmarks/decode-profile/README.md).
+shares (docs/benchmarks/decode-profile-gemma3-smollm2-1-lane/README.md).
 """
 
 from __future__ import annotations

@@ -21,9 +21,11 @@ superfluid (multi-turn included) and llama-cpp-python, about 13 per llama-server
 `python -m bench.oracle_ceiling` reads its raw JSON for the ceiling's report (oracle.md).
 Reports end-to-end rates (prefill included) and decode-only rates (after the first content
 chunk). Writes `README.md` (tables, targets, machine, commands), `throughput.png` and
-`http_bench.raw.json` into `--out` (default `docs/benchmarks/`; `/tmp/superfluid-http-bench/quick`
-with `--quick`); `--from-raw RAW` rewrites the report and copies RAW beside it. Method:
-docs/benchmarks/README.md, section "Method" (bench/http_report.py).
+`http_bench.raw.json` into `--out` (default
+`docs/benchmarks/http-gemma3-all-workloads-1-8-clients/`: a default run is all the workloads at 1-8
+clients on the demo model; `/tmp/superfluid-http-bench/quick` with `--quick`); `--from-raw RAW`
+rewrites the report and copies RAW beside it. Method: that report's section "Method"
+(bench/http_report.py). `docs/benchmarks/README.md` is the index of every report.
 
 Before measuring, waits (up to `--wait-max` seconds) for the 1-minute load average to fall below
 `--wait-load`, since other work on a 2-core machine moves every figure.
@@ -95,6 +97,9 @@ LLAMACPP_SAMPLING = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1
 # llama-server: the same sampling, and per-chunk timings (its token count and drafts so far),
 # since it sends usage only at the end of a stream.
 LLAMA_SERVER_EXTRA = {"timings_per_token": True}
+# Where a default run's report goes: a folder of its own on the benchmark shelf, named for what
+# a default run measures (docs/benchmarks/README.md is the shelf's index, never a report).
+DEFAULT_OUT = "docs/benchmarks/http-gemma3-all-workloads-1-8-clients"
 
 
 def log(message: str) -> None:
@@ -212,7 +217,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.warmup = 1 if args.warmup is None else args.warmup
     args.warmup_max = 6 if args.warmup_max is None else args.warmup_max
     args.out = args.out or (
-        Path("/tmp/superfluid-http-bench/quick") if quick else Path("docs/benchmarks")
+        Path("/tmp/superfluid-http-bench/quick") if quick else Path(DEFAULT_OUT)
     )
     args.workloads = tuple(w.strip() for w in args.workloads.split(",") if w.strip())
     for name in args.workloads:

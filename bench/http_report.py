@@ -1001,7 +1001,7 @@ METHOD = [
     "Decode-only rates leave out prefill, whose share of a short request varies most with the "
     "prompt; interleaving leaves out drift between the two servers' runs.",
     "- Raw per-request replies, per-round figures and counters are written to "
-    "`docs/benchmarks/http_bench.raw.json` (ignored by git).",
+    "`http_bench.raw.json` beside this report (ignored by git).",
     "",
 ]
 

@@ -22,10 +22,12 @@ oracle and auto decode the same ones). Per workload and client count, greedy:
 
 Rates are aggregate tokens per second, decode-only (after every request's first token, as the
 HTTP bench's) and end to end. The report gives auto's fraction of the oracle per cell, and, when
-an HTTP run's raw JSON is at hand (`--http-raw`, default docs/benchmarks/http_bench.raw.json),
+an HTTP run's raw JSON is at hand (`--http-raw`, default the raw JSON of bench.http_bench's default
+run, docs/benchmarks/http-gemma3-all-workloads-1-8-clients/http_bench.raw.json),
 whether the oracle leaves room for 1.1× llama-server's best there (decode-only; in-process
 against HTTP, so the HTTP server's overhead counts in the oracle's favour). Writes `oracle.md`
-and `oracle.raw.json` into `--out` (default docs/benchmarks/; with `--quick`
+and `oracle.raw.json` into `--out` (default docs/benchmarks/prompt-lookup-ceiling-gemma3-1-8-clients/:
+a default run is the three workloads at 1-8 lanes on the demo model; with `--quick`
 /tmp/superfluid-oracle/quick).
 
 The oracle and the clairvoyant plug into the drafting port (`Drafter.open` →
@@ -56,6 +58,10 @@ from superfluid.domain.strategies import Strategy
 
 WORKLOADS = {w.name: w for w in (COPY_HEAVY, LONG_PROMPT, OPEN_ENDED)}
 SETTLED = ("speculate", "plain", "final-plain")
+# The report's folder on the benchmark shelf (docs/benchmarks/README.md indexes it), and the HTTP
+# bench's default one, whose raw JSON the report sets beside the oracle.
+DEFAULT_OUT = "docs/benchmarks/prompt-lookup-ceiling-gemma3-1-8-clients"
+DEFAULT_HTTP_OUT = "docs/benchmarks/http-gemma3-all-workloads-1-8-clients"
 
 
 def log(message: str) -> None:
@@ -588,7 +594,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-max", type=int, default=6)
     parser.add_argument("--ctx-size", type=int, default=2048)
     parser.add_argument(
-        "--http-raw", type=Path, default=Path("docs/benchmarks/http_bench.raw.json")
+        "--http-raw", type=Path, default=Path(DEFAULT_HTTP_OUT) / "http_bench.raw.json"
     )
     parser.add_argument("--out", type=Path)
     parser.add_argument(
@@ -608,7 +614,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in args.workloads:
         if name not in WORKLOADS:
             parser.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
-    args.out = args.out or (Path("/tmp/superfluid-oracle/quick") if q else Path("docs/benchmarks"))
+    args.out = args.out or (Path("/tmp/superfluid-oracle/quick") if q else Path(DEFAULT_OUT))
     return args
 
 

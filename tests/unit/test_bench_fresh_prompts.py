@@ -226,13 +226,15 @@ def test_a_fresh_multi_turn_session_has_three_follow_ups_and_a_tagged_first_line
 
 
 def test_the_generated_benchmark_report_says_what_the_report_generator_says() -> None:
-    """docs/benchmarks/README.md is generated; its fixed method text must be the generator's
-    (a report edited by hand, or a generator changed without regenerating, fails here)."""
+    """The HTTP bench's main report (its default `--out`) is generated; its fixed method text
+    must be the generator's (a report edited by hand, or a generator changed without
+    regenerating, fails here)."""
     from pathlib import Path
 
+    from bench.http_bench import DEFAULT_OUT
     from bench.http_report import Settings, method
 
-    report = Path(__file__).parents[2] / "docs" / "benchmarks" / "README.md"
+    report = Path(__file__).parents[2] / DEFAULT_OUT / "README.md"
     text = " ".join(report.read_text().split())
     # The committed report was run interleaved, llama-server beside superfluid's pair and the
     # raw loop in its 1-client runs.
