@@ -8,18 +8,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from superfluid.domain.spec_settings import (
-    ENV_ADAPTIVE,
-    ENV_MIN_SPEEDUP,
-    ENV_MIN_YIELD,
-    ENV_REPROBE,
-    ENV_REPROBE_MAX,
-    ENV_THROUGHPUT_GATE,
-    ENV_YIELD_ROUNDS,
-)
 from superfluid.domain.strategies import Strategy
 from superfluid.entrypoints.cli import app
 from superfluid.entrypoints.cli_reference import commands
+from superfluid.entrypoints.serve_settings import KNOBS
 
 runner = CliRunner()
 
@@ -39,15 +31,9 @@ NUMBERS = {
     "--spec-gate-reprobe-max": "INTEGER",
     "--spec-max-temperature": "NUMBER",
 }
-#: The variables the speculation flags fall back to, which --help names in their text.
-SPEC_ENV = [
-    ENV_ADAPTIVE,
-    ENV_MIN_SPEEDUP,
-    ENV_MIN_YIELD,
-    ENV_REPROBE,
-    ENV_REPROBE_MAX,
-    ENV_THROUGHPUT_GATE,
-    ENV_YIELD_ROUNDS,
+#: The variables `serve`'s knobs fall back to, which --help names in their text.
+SERVE_ENV = [
+    *(knob.env for knob in KNOBS if knob.env),
     *(s.depth_env for s in Strategy if s.depth_env),
 ]
 
@@ -76,7 +62,7 @@ def test_help_at_80_columns_shows_every_flag_and_variable_whole(path):
     flags = [flag for p in params for flag in [*p.opts, *p.secondary_opts] if flag.startswith("-")]
     variables = [p.envvar for p in params if isinstance(p.envvar, str)]
     if path == ["serve"]:
-        variables += SPEC_ENV
+        variables += SERVE_ENV
         assert "--no-spec-throughput-gate" in flags and "SUPERFLUID_SPEC_GATE" in variables
     for name in flags + variables:
         assert whole(name, shown), name

@@ -4,14 +4,10 @@ import pytest
 
 from superfluid.domain.errors import SettingsError
 from superfluid.domain.spec_settings import (
-    MAX_TEMPERATURE_IGNORED,
     UNKNOWN_BLOCK_DEPTH,
     SpecSettings,
     default_depth,
     depth_for,
-    effective_temperature,
-    from_sources,
-    max_temperature_notice,
     parse_bool,
     parse_number,
 )
@@ -172,120 +168,6 @@ def test_boolean_words_read_as_on_or_off(raw, value):
     assert parse_bool("SUPERFLUID_SPEC_GATE", raw) is value
 
 
-# -- flag > env > default ------------------------------------------------------------------
-
-
-def test_with_nothing_given_every_knob_has_its_default():
-    assert from_sources({}, {}) == SpecSettings()
-
-
-def test_the_environment_fills_in_what_no_flag_gives():
-    env = {
-        "SUPERFLUID_SPEC_ADAPTIVE": "0",
-        "SUPERFLUID_SPEC_MIN_YIELD": "0.5",
-        "SUPERFLUID_SPEC_LANE_YIELD_ROUNDS": "12",
-        "SUPERFLUID_SPEC_GATE": "off",
-        "SUPERFLUID_SPEC_MIN_SPEEDUP": "1.2",
-        "SUPERFLUID_SPEC_GATE_REPROBE": "16",
-        "SUPERFLUID_SPEC_GATE_REPROBE_MAX": "256",
-    }
-    assert from_sources({}, env) == SpecSettings(
-        adaptive=False,
-        min_yield=0.5,
-        yield_rounds=12,
-        throughput_gate=False,
-        min_speedup=1.2,
-        reprobe=16,
-        reprobe_max=256,
-    )
-
-
-def test_a_flag_beats_the_environment():
-    flags = {
-        "--spec-adaptive": "true",
-        "--spec-min-yield": "1.5",
-        "--spec-yield-rounds": "40",
-        "--spec-throughput-gate": "true",
-        "--spec-min-speedup": "1.3",
-        "--spec-gate-reprobe": "8",
-        "--spec-gate-reprobe-max": "64",
-    }
-    env = {
-        "SUPERFLUID_SPEC_ADAPTIVE": "0",
-        "SUPERFLUID_SPEC_MIN_YIELD": "0.5",
-        "SUPERFLUID_SPEC_LANE_YIELD_ROUNDS": "12",
-        "SUPERFLUID_SPEC_GATE": "off",
-        "SUPERFLUID_SPEC_MIN_SPEEDUP": "1.2",
-        "SUPERFLUID_SPEC_GATE_REPROBE": "16",
-        "SUPERFLUID_SPEC_GATE_REPROBE_MAX": "256",
-    }
-    assert from_sources(flags, env) == SpecSettings(
-        adaptive=True,
-        min_yield=1.5,
-        yield_rounds=40,
-        throughput_gate=True,
-        min_speedup=1.3,
-        reprobe=8,
-        reprobe_max=64,
-    )
-
-
-def test_an_absent_flag_falls_through_to_the_environment():
-    settings = from_sources({"--spec-min-yield": None}, {"SUPERFLUID_SPEC_MIN_YIELD": "0.25"})
-    assert settings.min_yield == 0.25
-
-
-def test_a_blank_environment_value_counts_as_unset():
-    assert from_sources({}, {"SUPERFLUID_SPEC_MIN_SPEEDUP": " "}).min_speedup == 1.08
-
-
-def test_flags_without_an_environment_fallback_are_read():
-    flags = {"--spec-draft-tokens": "6", "--spec-max-temperature": "0.7"}
-    settings = from_sources(flags, {})
-    assert (settings.draft_tokens, settings.max_temperature) == (6, 0.7)
-
-
-def test_a_malformed_environment_number_names_the_variable():
-    with pytest.raises(SettingsError) as refused:
-        from_sources({}, {"SUPERFLUID_SPEC_GATE_REPROBE": "soon"})
-    assert refused.value.message == 'SUPERFLUID_SPEC_GATE_REPROBE expects a number, got "soon"'
-
-
-def test_a_malformed_environment_boolean_names_the_variable():
-    with pytest.raises(SettingsError) as refused:
-        from_sources({}, {"SUPERFLUID_SPEC_ADAPTIVE": "maybe"})
-    assert "SUPERFLUID_SPEC_ADAPTIVE" in refused.value.message
-    assert '"maybe"' in refused.value.message
-
-
-def test_a_malformed_flag_number_names_the_flag():
-    with pytest.raises(SettingsError) as refused:
-        from_sources({"--spec-draft-tokens": "four"}, {})
-    assert refused.value.message == '--spec-draft-tokens expects a number, got "four"'
-
-
-def test_sources_are_validated_after_resolution():
-    with pytest.raises(SettingsError) as refused:
-        from_sources({}, {"SUPERFLUID_SPEC_MIN_SPEEDUP": "0.5"})
-    assert refused.value.message == "--spec-min-speedup must be finite and at least 1.0"
-
-
-def test_an_out_of_range_max_temperature_is_reported_as_typed():
-    with pytest.raises(SettingsError) as refused:
-        from_sources({"--spec-max-temperature": "3.0"}, {})
-    assert refused.value.message == (
-        "--spec-max-temperature must be a finite number in [0, 2], got 3.0"
-    )
-    with pytest.raises(SettingsError) as refused:
-        from_sources({"--spec-max-temperature": "nan"}, {})
-    assert refused.value.message.endswith("got nan")
-
-
-def test_an_unknown_flag_key_is_a_programming_error():
-    with pytest.raises(ValueError):
-        from_sources({"--spec-min-yeild": "1"}, {})
-
-
 # -- depth resolution ----------------------------------------------------------------------
 
 
@@ -325,42 +207,5 @@ def test_a_malformed_strategy_depth_variable_names_it():
     assert refused.value.message == 'SUPERFLUID_MTP_DRAFTS expects a number, got "lots"'
 
 
-# -- temperature policy (§8) ---------------------------------------------------------------
-
-
-def test_a_request_temperature_is_never_capped():
-    assert effective_temperature(1.5, None, 0.7, 0.5, strategy_registered=True) == 1.5
-
-
-def test_a_cli_temperature_is_never_capped():
-    assert effective_temperature(None, 1.2, 0.7, 0.5, strategy_registered=True) == 1.2
-
-
-def test_the_request_beats_the_cli_temperature():
-    assert effective_temperature(0.2, 1.2, 0.7, None, strategy_registered=False) == 0.2
-
-
-def test_a_model_default_temperature_is_capped_when_a_strategy_is_registered():
-    assert effective_temperature(None, None, 1.0, 0.6, strategy_registered=True) == 0.6
-
-
-def test_a_model_default_below_the_cap_is_kept():
-    assert effective_temperature(None, None, 0.3, 0.6, strategy_registered=True) == 0.3
-
-
-def test_without_a_strategy_the_cap_does_nothing():
-    assert effective_temperature(None, None, 1.0, 0.6, strategy_registered=False) == 1.0
-
-
-def test_without_a_cap_the_model_default_stands():
-    assert effective_temperature(None, None, 1.0, None, strategy_registered=True) == 1.0
-
-
-def test_a_cap_with_no_strategy_owes_the_log_line():
-    assert MAX_TEMPERATURE_IGNORED == (
-        "--spec-max-temperature ignored: no --speculate strategy is configured"
-    )
-    capped = SpecSettings(max_temperature=0.5)
-    assert max_temperature_notice(capped, strategy_registered=False) == MAX_TEMPERATURE_IGNORED
-    assert max_temperature_notice(capped, strategy_registered=True) is None
-    assert max_temperature_notice(SpecSettings(), strategy_registered=False) is None
+def test_an_empty_strategy_depth_variable_is_unset():
+    assert depth_for(Strategy.MTP_HEAD, SpecSettings(), {"SUPERFLUID_MTP_DRAFTS": ""}) == 3

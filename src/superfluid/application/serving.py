@@ -51,8 +51,9 @@ from superfluid.domain.directive import Directive, Mode, check_mtp_head, parse_d
 from superfluid.domain.errors import DirectiveError, ModelFileError
 from superfluid.domain.gates.policy import SpecPolicy
 from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
-from superfluid.domain.spec_settings import SpecSettings, depth_for, max_temperature_notice
+from superfluid.domain.spec_settings import SpecSettings, depth_for
 from superfluid.domain.strategies import Pick, Strategy
+from superfluid.domain.temperature_cap import max_temperature_notice
 from superfluid.domain.tool_calls.families import ToolFamily
 
 log = logging.getLogger("superfluid")
@@ -239,7 +240,7 @@ class Serving:
             registration = register_prompt_lookup_runtime(directive, caps, name, name_model=several)
         for line in registration.log:
             log.info(line)
-        notice = max_temperature_notice(plan.settings, registration.speculates)
+        notice = max_temperature_notice(plan.settings.max_temperature, registration.speculates)
         if notice is not None:
             log.info(notice)
         policy = policy_for(registration, plan, caps.max_verify_rows, file.header)

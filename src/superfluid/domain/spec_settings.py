@@ -1,17 +1,14 @@
-"""Speculation settings: defaults, sources and validation (docs/contract.md §4, §7, §8).
+"""Speculation settings: defaults, validation and draft depth (docs/contract.md §4, §7).
 
-Every knob resolves as **flag > environment > built-in default**. The environment arrives as a
-mapping passed in by the caller, so this module never reads the process environment. A settings
-value is only trusted after `SpecSettings.validate()`, whose refusals carry the contract's
-messages verbatim (the CLI prints them and exits 2).
+`SpecSettings` holds every speculation knob with the contract's default. The serve settings
+table (`entrypoints/serve_settings.py`) reads each knob flag > environment > default and builds
+the value; it is only trusted after `SpecSettings.validate()`, whose refusals carry the
+contract's messages verbatim (the CLI prints them and exits 2).
 
-Draft depth resolves the same way, one level further: `--spec-draft-tokens` beats the strategy's
-own variable (`SUPERFLUID_MTP_DRAFTS`, `SUPERFLUID_EAGLE_DRAFTS`, `SUPERFLUID_DFLASH_DRAFTS`),
-which beats the strategy's default depth (§4).
-
-Temperature policy (§8): `--spec-max-temperature` caps only a temperature nobody asked for, one
-that came from the model's default or the built-in default. A caller's or `--temperature`'s choice
-is never touched.
+Draft depth resolves one level further: `--spec-draft-tokens` beats the strategy's own variable
+(`SUPERFLUID_MTP_DRAFTS`, `SUPERFLUID_EAGLE_DRAFTS`, `SUPERFLUID_DFLASH_DRAFTS`), which beats
+the strategy's default depth (§4). The environment arrives as a mapping passed in by the
+caller, so this module never reads the process environment.
 """
 
 from __future__ import annotations
@@ -22,11 +19,10 @@ from dataclasses import dataclass
 from typing import overload
 
 from superfluid.domain.errors import SettingsError
-from superfluid.domain.strategies import Strategy as Strategy
+from superfluid.domain.strategies import Strategy
 
-#: The deepest draft any strategy may propose (`--spec-draft-tokens` is 1..=64). The seed sets
-#: no ceiling; 15 was the upstream CLI's. Past 15 a draft pays only on long exact copies at one
-#: or two lanes (docs/benchmarks/step_cost.md), and the gates choose when (ADR 0013).
+#: The deepest draft any strategy may propose (`--spec-draft-tokens` is 1..=64); a deep draft
+#: pays only on long exact copies at few lanes, and the gates choose when (ADR 0013).
 MAX_DRAFT_TOKENS = 64
 MIN_DRAFT_TOKENS = 1
 
@@ -34,44 +30,6 @@ MIN_DRAFT_TOKENS = 1
 #: cannot draft past its own block, so an unknown width calls for a small, safe depth rather than
 #: the maximum; 4 is the depth the other drafter-based strategies default to.
 UNKNOWN_BLOCK_DEPTH = 4
-
-#: Logged (not fatal) when `--spec-max-temperature` is set but no strategy got registered.
-MAX_TEMPERATURE_IGNORED = "--spec-max-temperature ignored: no --speculate strategy is configured"
-
-
-# Flag names, the keys `from_sources` reads from its `flags` mapping. Boolean flags carry a
-# boolean word ("true"/"false", …): the CLI turns `--no-spec-adaptive` into "false".
-FLAG_DRAFT_TOKENS = "--spec-draft-tokens"
-FLAG_ADAPTIVE = "--spec-adaptive"
-FLAG_MIN_YIELD = "--spec-min-yield"
-FLAG_YIELD_ROUNDS = "--spec-yield-rounds"
-FLAG_THROUGHPUT_GATE = "--spec-throughput-gate"
-FLAG_MIN_SPEEDUP = "--spec-min-speedup"
-FLAG_REPROBE = "--spec-gate-reprobe"
-FLAG_REPROBE_MAX = "--spec-gate-reprobe-max"
-FLAG_MAX_TEMPERATURE = "--spec-max-temperature"
-
-SPEC_FLAGS = frozenset(
-    {
-        FLAG_DRAFT_TOKENS,
-        FLAG_ADAPTIVE,
-        FLAG_MIN_YIELD,
-        FLAG_YIELD_ROUNDS,
-        FLAG_THROUGHPUT_GATE,
-        FLAG_MIN_SPEEDUP,
-        FLAG_REPROBE,
-        FLAG_REPROBE_MAX,
-        FLAG_MAX_TEMPERATURE,
-    }
-)
-
-ENV_ADAPTIVE = "SUPERFLUID_SPEC_ADAPTIVE"
-ENV_MIN_YIELD = "SUPERFLUID_SPEC_MIN_YIELD"
-ENV_YIELD_ROUNDS = "SUPERFLUID_SPEC_LANE_YIELD_ROUNDS"
-ENV_THROUGHPUT_GATE = "SUPERFLUID_SPEC_GATE"
-ENV_MIN_SPEEDUP = "SUPERFLUID_SPEC_MIN_SPEEDUP"
-ENV_REPROBE = "SUPERFLUID_SPEC_GATE_REPROBE"
-ENV_REPROBE_MAX = "SUPERFLUID_SPEC_GATE_REPROBE_MAX"
 
 #: The per-strategy depth variable; prompt-lookup and draft-model have none.
 DEPTH_ENV_BY_STRATEGY: Mapping[Strategy, str] = {
@@ -190,73 +148,6 @@ class SpecSettings:
         return self
 
 
-def _given(value: str | None) -> str | None:
-    """An absent or blank value is "not given", so `VAR=` falls through to the default."""
-    return value if value is not None and value.strip() else None
-
-
-def from_sources(flags: Mapping[str, str | None], env: Mapping[str, str]) -> SpecSettings:
-    """Resolve every knob flag > env > default, then validate.
-
-    `flags` maps flag names (the FLAG_* constants) to the text given, or None when absent;
-    a key outside SPEC_FLAGS is a programming error (ValueError), so a typo cannot silently drop
-    a user's setting. `env` is the process environment (or any stand-in for it).
-    """
-    unknown = set(flags) - SPEC_FLAGS
-    if unknown:
-        raise ValueError(f"not speculation flags: {sorted(unknown)}")
-
-    def raw(flag: str, env_name: str | None) -> tuple[str, str] | None:
-        """(name to blame, text) from the first source that gives the knob."""
-        given = _given(flags.get(flag))
-        if given is not None:
-            return flag, given
-        if env_name is not None:
-            from_env = _given(env.get(env_name))
-            if from_env is not None:
-                return env_name, from_env
-        return None
-
-    defaults = SpecSettings()
-
-    def boolean(flag: str, env_name: str | None, default: bool) -> bool:
-        found = raw(flag, env_name)
-        return default if found is None else parse_bool(*found)
-
-    def real(flag: str, env_name: str | None, default: float) -> float:
-        found = raw(flag, env_name)
-        return default if found is None else parse_number(*found)
-
-    def whole(flag: str, env_name: str | None, default: int) -> int:
-        found = raw(flag, env_name)
-        return default if found is None else parse_number(*found, kind=int)
-
-    draft_tokens_raw = raw(FLAG_DRAFT_TOKENS, None)
-    max_temperature_raw = raw(FLAG_MAX_TEMPERATURE, None)
-    max_temperature: float | None = None
-    if max_temperature_raw is not None:
-        max_temperature = parse_number(*max_temperature_raw)
-        # Report the value the way the user typed it, not as Python prints the float.
-        _check_max_temperature(max_temperature, max_temperature_raw[1].strip())
-
-    settings = SpecSettings(
-        draft_tokens=None
-        if draft_tokens_raw is None
-        else parse_number(*draft_tokens_raw, kind=int),
-        adaptive=boolean(FLAG_ADAPTIVE, ENV_ADAPTIVE, defaults.adaptive),
-        min_yield=real(FLAG_MIN_YIELD, ENV_MIN_YIELD, defaults.min_yield),
-        yield_rounds=whole(FLAG_YIELD_ROUNDS, ENV_YIELD_ROUNDS, defaults.yield_rounds),
-        throughput_gate=boolean(
-            FLAG_THROUGHPUT_GATE, ENV_THROUGHPUT_GATE, defaults.throughput_gate
-        ),
-        min_speedup=real(FLAG_MIN_SPEEDUP, ENV_MIN_SPEEDUP, defaults.min_speedup),
-        reprobe=whole(FLAG_REPROBE, ENV_REPROBE, defaults.reprobe),
-        reprobe_max=whole(FLAG_REPROBE_MAX, ENV_REPROBE_MAX, defaults.reprobe_max),
-        max_temperature=max_temperature,
-    )
-    return settings.validate()
-
-
 def depth_for(
     strategy: Strategy,
     settings: SpecSettings,
@@ -273,39 +164,10 @@ def depth_for(
         return settings.draft_tokens
     env_name = DEPTH_ENV_BY_STRATEGY.get(strategy)
     if env_name is not None:
-        text = _given(env_depths.get(env_name))
-        if text is not None:
+        text = env_depths.get(env_name)
+        if text:  # an empty variable (`VAR=`) is unset
             depth = parse_number(env_name, text, kind=int)
             if not MIN_DRAFT_TOKENS <= depth <= MAX_DRAFT_TOKENS:
                 raise SettingsError(f"{env_name} must be in 1..={MAX_DRAFT_TOKENS}")
             return depth
     return default_depth(strategy, block_size=block_size, arch=arch)
-
-
-def effective_temperature(
-    request_temperature: float | None,
-    cli_temperature: float | None,
-    model_default: float,
-    max_temperature: float | None,
-    strategy_registered: bool,
-) -> float:
-    """The sampling temperature for a request (§8).
-
-    The request's own value wins, then `--temperature`; both are the user's choice and are never
-    capped. Only the fallback (`model_default`: the model's default, or the built-in one) is
-    capped, because a flat distribution rejects most drafts, and only when a strategy is registered, since without one the cap buys nothing.
-    """
-    if request_temperature is not None:
-        return request_temperature
-    if cli_temperature is not None:
-        return cli_temperature
-    if max_temperature is not None and strategy_registered:
-        return min(model_default, max_temperature)
-    return model_default
-
-
-def max_temperature_notice(settings: SpecSettings, strategy_registered: bool) -> str | None:
-    """The log line owed when the cap is set but nothing speculates, else None."""
-    if settings.max_temperature is not None and not strategy_registered:
-        return MAX_TEMPERATURE_IGNORED
-    return None
