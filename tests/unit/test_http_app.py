@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from superfluid.application.executor import Executor
 from superfluid.application.registration import Registration
+from superfluid.application.request_defaults import RequestDefaults, RequestRefused
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.application.tool_calling import FunctionTool, ToolChoice, ToolPlan
 from superfluid.domain.prompt_lookup import PromptLookupDrafter
@@ -19,14 +20,7 @@ from superfluid.domain.strategies import Strategy
 from superfluid.domain.tool_calls.families import ToolFamily
 from superfluid.entrypoints.http.app import _read_calls, create_app
 from superfluid.entrypoints.http.errors import ApiError, from_validation_errors
-from superfluid.entrypoints.http.intake import (
-    ServerDefaults,
-    find_host,
-    generation_request,
-    sampling_params,
-    template_tools,
-    tool_plan,
-)
+from superfluid.entrypoints.http.intake import asked, find_host, template_tools, tools_asked
 from superfluid.entrypoints.http.schemas import ChatCompletionBody, CompletionBody
 from superfluid.entrypoints.http.streaming import StreamedCalls
 from tests.fakes import FakeModel, FakeRuntime
@@ -67,33 +61,21 @@ def test_a_name_no_model_answers_to_is_a_404_even_with_one_model_served() -> Non
         find_host(service, "ONLY")  # names are case-sensitive, as files are on most systems
 
 
-# -- sampling -------------------------------------------------------------------------------------
+# -- what a body asks ----------------------------------------------------------------------------
 
 
-def test_the_temperature_cap_applies_only_to_the_models_default() -> None:
-    capped = ServerDefaults(max_temperature=0.3)
-    speculating = host("m", speculates=True)
-    assert sampling_params(chat_body(), speculating, capped).temperature == 0.3
-    assert sampling_params(chat_body(temperature=1.5), speculating, capped).temperature == 1.5
-    from_cli = ServerDefaults(cli_temperature=1.2, max_temperature=0.3)
-    assert sampling_params(chat_body(), speculating, from_cli).temperature == 1.2
-    # Nothing drafts on a model without a strategy, so its default is left alone.
-    assert sampling_params(chat_body(), host("p"), capped).temperature == 0.8
-
-
-def test_seeds_come_from_the_request_then_the_cli_then_fresh_randomness() -> None:
-    model = host("m")
-    assert sampling_params(chat_body(seed=5), model, ServerDefaults(cli_seed=9)).seed == 5
-    assert sampling_params(chat_body(), model, ServerDefaults(cli_seed=9)).seed == 9
-    fresh = {sampling_params(chat_body(), model, ServerDefaults()).seed for _ in range(8)}
-    assert len(fresh) == 8 and all(0 <= seed < 2**63 for seed in fresh)
+def test_a_bodys_sampling_fields_reach_the_use_case() -> None:
+    body = chat_body(temperature=0.3, top_k=5, seed=7, logit_bias={"9": 1, "2": -3.5})
+    params = RequestDefaults().sampling(asked(body).sampling, host("m"))
+    assert (params.temperature, params.top_k, params.seed) == (0.3, 5, 7)
+    assert params.logit_bias == ((2, -3.5), (9, 1.0))
 
 
 def test_grammar_bias_and_logprob_lanes_decode_plainly() -> None:
     model = host("m", speculates=True)
 
     def drafts(body: ChatCompletionBody | CompletionBody) -> bool:
-        return generation_request(body, model, [1, 2, 3], ServerDefaults()).may_draft
+        return RequestDefaults().work(asked(body), model, [1, 2, 3]).request.may_draft
 
     assert drafts(chat_body())
     assert drafts(chat_body(logit_bias={}, response_format={"type": "text"}))
@@ -103,9 +85,8 @@ def test_grammar_bias_and_logprob_lanes_decode_plainly() -> None:
     assert not drafts(CompletionBody.model_validate({"prompt": "x", "logprobs": 0}))
     forced = {"type": "function", "function": {"name": "done"}}
     tools = chat_body(tools=[TOOL], tool_choice=forced)
-    assert not generation_request(
-        tools, model, [1], ServerDefaults(), tool_plan(tools, model)
-    ).may_draft
+    plan = RequestDefaults().tool_plan(tools_asked(tools), model)
+    assert not RequestDefaults().work(asked(tools), model, [1], plan).request.may_draft
 
 
 # -- validation messages --------------------------------------------------------------------------
@@ -239,9 +220,9 @@ def test_a_parser_flag_does_not_make_a_template_take_tools() -> None:
     model = host("no-tools", runtime=runtime)
     model.tool_parser = ToolFamily.HERMES
     body = chat_body(tools=[TOOL])
-    with pytest.raises(ApiError) as refused:
-        tool_plan(body, model)
+    with pytest.raises(RequestRefused) as refused:
+        RequestDefaults().tool_plan(tools_asked(body), model)
     assert refused.value.param == "tools"
     forced = chat_body(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "done"}})
-    plan = tool_plan(forced, model)
+    plan = RequestDefaults().tool_plan(tools_asked(forced), model)
     assert plan is not None and template_tools(forced, plan, model) is None

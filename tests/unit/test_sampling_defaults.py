@@ -16,6 +16,7 @@ from superfluid.adapters.mlx.record import RECORD as MLX
 from superfluid.application.executor import Executor
 from superfluid.application.ports import ModelFile
 from superfluid.application.registration import Registration
+from superfluid.application.request_defaults import RequestDefaults, SamplingAsked
 from superfluid.application.service import ModelHost
 from superfluid.domain.prompt_lookup import PromptLookupDrafter
 from superfluid.domain.sampling_defaults import (
@@ -25,8 +26,6 @@ from superfluid.domain.sampling_defaults import (
     sampling_defaults,
 )
 from superfluid.domain.strategies import Strategy
-from superfluid.entrypoints.http.intake import ServerDefaults, sampling_params
-from superfluid.entrypoints.http.schemas import ChatCompletionBody
 from tests.fakes import FakeRuntime
 
 
@@ -110,10 +109,7 @@ def host(sampling: SamplingDefaults, *, speculates: bool = True) -> ModelHost:
 
 
 def params(body: dict, model: SamplingDefaults, **server: float | None):
-    request = ChatCompletionBody.model_validate(
-        {"messages": [{"role": "user", "content": "hi"}]} | body
-    )
-    return sampling_params(request, host(model), ServerDefaults(**server))  # type: ignore[arg-type]
+    return RequestDefaults(**server).sampling(SamplingAsked(**body), host(model))  # type: ignore[arg-type]
 
 
 MODEL = SamplingDefaults(
@@ -138,13 +134,13 @@ def test_the_requests_own_values_win() -> None:
 
 
 def test_the_command_lines_temperature_wins_over_the_models() -> None:
-    assert params({}, MODEL, cli_temperature=0.4).temperature == 0.4
+    assert params({}, MODEL, temperature=0.4).temperature == 0.4
 
 
 def test_the_speculation_cap_applies_to_the_models_default_only() -> None:
     assert params({}, MODEL, max_temperature=0.5).temperature == 0.5
     assert params({"temperature": 0.9}, MODEL, max_temperature=0.5).temperature == 0.9
-    assert params({}, MODEL, cli_temperature=0.9, max_temperature=0.5).temperature == 0.9
+    assert params({}, MODEL, temperature=0.9, max_temperature=0.5).temperature == 0.9
 
 
 def test_without_model_defaults_the_built_in_ones_apply() -> None:

@@ -75,6 +75,11 @@ class ModelHost:
         return self.sampling.temperature
 
     @property
+    def speculates(self) -> bool:
+        """Whether a strategy is registered, so this model's lanes may draft."""
+        return self.registration.speculates
+
+    @property
     def places(self) -> Admission:
         assert self.admission is not None
         return self.admission

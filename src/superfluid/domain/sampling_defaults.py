@@ -7,8 +7,9 @@ file's raw values into a mapping of our field names; this module checks them and
 `SamplingDefaults`. A model that says nothing gets the built-in defaults (temperature 0.8, every
 filter off), and the server says so once at startup.
 
-Precedence per request (docs/contract.md §8): the request's own value, then `--temperature`, then
-the model's default; `--spec-max-temperature` caps only that last one.
+Per request, the request's own value comes first, then `--temperature`, then the model's
+default; `--spec-max-temperature` caps only that last one (docs/contract.md §8). The use case
+that applies them is `RequestDefaults` (application/request_defaults.py).
 """
 
 from __future__ import annotations

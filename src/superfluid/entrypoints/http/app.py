@@ -4,9 +4,10 @@ Routes: `POST /v1/chat/completions`, `POST /v1/completions` (streamed or not), `
 (and `/v1/models/{id}`), `GET /health`, `GET /metrics`. With an API key, every `/v1/*` route
 wants `Authorization: Bearer <key>`; `/health` and `/metrics` stay open for probes and scrapers.
 
-The service is started and stopped by the caller; the app only submits requests to it. Each
-request is parsed and checked completely (intake.py) before it is submitted, so bad input is a
-400 and never costs a lane.
+The service is started and stopped by the caller; the app only submits requests to it. A route
+parses and checks its body (intake.py), asks `RequestDefaults` (application/request_defaults.py)
+for the request to submit, and renders the reply (replies.py, streaming.py): bad input is a 400
+before anything is submitted, so it never costs a lane.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ import hmac
 import logging
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from superfluid.application.request_defaults import RequestDefaults, Work
 from superfluid.application.service import (
     GenerationService,
     ModelHost,
@@ -39,22 +42,22 @@ from superfluid.entrypoints.http.errors import (
 from superfluid.entrypoints.http.exposition import MetricsExposition, RequestMetricsMiddleware
 from superfluid.entrypoints.http.generation import Generation, Piece, unless_disconnected
 from superfluid.entrypoints.http.intake import (
-    ServerDefaults,
+    asked,
     chat_messages,
+    chat_prompt_tokens,
     check_supported,
     completion_prompt,
     find_host,
-    generation_request,
     read_body,
-    reply_stops,
     template_tools,
-    tool_plan,
+    tools_asked,
 )
 from superfluid.entrypoints.http.replies import CallOut, LogprobEntry, ReplyFrame, usage
 from superfluid.entrypoints.http.schemas import (
     ChatCompletionBody,
     CompletionBody,
     ErrorBody,
+    StreamOptions,
     openapi_request_body,
 )
 from superfluid.entrypoints.http.streaming import GenerationStream, sse_events
@@ -73,122 +76,154 @@ def create_app(
     max_body_bytes: int = 1 << 20,
 ) -> FastAPI:
     """The app serving `service` (already started by the caller, who also stops it)."""
-    defaults = ServerDefaults(cli_temperature, cli_seed, max_temperature)
-    started = int(time.time())
+    defaults = RequestDefaults(cli_temperature, cli_seed, max_temperature)
+    routes = _Routes(service, defaults, metrics, max_body_bytes, started=int(time.time()))
     # No OpenAPI page: the API is OpenAI's, documented there, and the surface stays small.
     app = FastAPI(title="superfluid", openapi_url=None, docs_url=None, redoc_url=None)
     install_error_handlers(app)
     if metrics is not None:
         app.add_middleware(RequestMetricsMiddleware, metrics=metrics)
-
     guards = [Depends(_bearer_guard(api_key))] if api_key else []
     v1 = APIRouter(prefix="/v1", dependencies=guards)
-
-    @v1.post(
+    generates = {**_REPLY, **_refusals(400, 401, 404, 413, 429, 503)}
+    v1.add_api_route(
         "/chat/completions",
-        responses={**_REPLY, **_refusals(400, 401, 404, 413, 429, 503)},
+        routes.chat_completions,
+        methods=["POST"],
+        responses=generates,
         openapi_extra=openapi_request_body(ChatCompletionBody),
     )
-    async def chat_completions(request: Request) -> Response:
-        body = await read_body(request, ChatCompletionBody, max_body_bytes)
-        check_supported(body)
-        host = find_host(service, body.model)
-        plan = tool_plan(body, host)
-        messages = chat_messages(body.messages)
-        tools = template_tools(body, plan, host)
-
-        def prompt_tokens() -> list[int]:
-            text = host.chat_prompt(messages, tools)
-            return host.tokenize(text, add_special=True)
-
-        # Templates and tokenizers are plain blocking code: keep them off the event loop.
-        prompt = await run_in_threadpool(prompt_tokens)
-        return await _reply(request, body, host, prompt, chat=True, tools=plan)
-
-    @v1.post(
+    v1.add_api_route(
         "/completions",
-        responses={**_REPLY, **_refusals(400, 401, 404, 413, 429, 503)},
+        routes.completions,
+        methods=["POST"],
+        responses=generates,
         openapi_extra=openapi_request_body(CompletionBody),
     )
-    async def completions(request: Request) -> Response:
-        body = await read_body(request, CompletionBody, max_body_bytes)
-        check_supported(body)
-        host = find_host(service, body.model)
-        text = completion_prompt(body)
-        prompt = await run_in_threadpool(host.tokenize, text, add_special=True)
-        return await _reply(request, body, host, prompt, chat=False)
-
-    @v1.get("/models", responses=_refusals(401))
-    async def list_models() -> dict[str, Any]:
-        return {"object": "list", "data": [_model_card(h, started) for h in service.hosts]}
-
-    @v1.get("/models/{model:path}", responses=_refusals(401, 404))
-    async def get_model(model: str) -> dict[str, Any]:
-        return _model_card(find_host(service, model), started)
-
+    v1.add_api_route("/models", routes.list_models, methods=["GET"], responses=_refusals(401))
+    v1.add_api_route(
+        "/models/{model:path}", routes.get_model, methods=["GET"], responses=_refusals(401, 404)
+    )
     app.include_router(v1)
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "models": [host.name for host in service.hosts]}
-
-    @app.get(
+    app.add_api_route("/health", routes.health, methods=["GET"])
+    app.add_api_route(
         "/metrics",
+        routes.metrics_page,
+        methods=["GET"],
         response_class=PlainTextResponse,
         responses={404: {"description": "metrics are off", "content": {"text/plain": {}}}},
     )
-    async def metrics_page() -> Response:
-        if metrics is None:
+    return app
+
+
+@dataclass(frozen=True, slots=True)
+class _Routes:
+    """The routes over one service: each parses, calls the use case or service, and renders."""
+
+    service: GenerationService
+    defaults: RequestDefaults
+    metrics: MetricsExposition | None
+    max_body_bytes: int
+    started: int
+
+    async def chat_completions(self, request: Request) -> Response:
+        body = await read_body(request, ChatCompletionBody, self.max_body_bytes)
+        check_supported(body)
+        host = find_host(self.service, body.model)
+        plan = self.defaults.tool_plan(tools_asked(body), host)
+        messages = chat_messages(body.messages)
+        tools = template_tools(body, plan, host)
+        # Templates and tokenizers are plain blocking code: keep them off the event loop.
+        prompt = await run_in_threadpool(chat_prompt_tokens, host, messages, tools)
+        work = self.defaults.work(asked(body), host, prompt, plan)
+        return await self._reply(request, body, host, work, plan)
+
+    async def completions(self, request: Request) -> Response:
+        body = await read_body(request, CompletionBody, self.max_body_bytes)
+        check_supported(body)
+        host = find_host(self.service, body.model)
+        text = completion_prompt(body)
+        prompt = await run_in_threadpool(host.tokenize, text, add_special=True)
+        work = self.defaults.work(asked(body), host, prompt)
+        return await self._reply(request, body, host, work)
+
+    async def list_models(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [_model_card(h, self.started) for h in self.service.hosts],
+        }
+
+    async def get_model(self, model: str) -> dict[str, Any]:
+        return _model_card(find_host(self.service, model), self.started)
+
+    async def health(self) -> dict[str, Any]:
+        return {"status": "ok", "models": [host.name for host in self.service.hosts]}
+
+    async def metrics_page(self) -> Response:
+        if self.metrics is None:
             return PlainTextResponse("metrics are not enabled on this server\n", status_code=404)
-        body, content_type = metrics.exposition()
+        body, content_type = self.metrics.exposition()
         return Response(body, media_type=content_type)
 
     async def _reply(
+        self,
         request: Request,
         body: ChatCompletionBody | CompletionBody,
         host: ModelHost,
-        prompt: list[int],
-        *,
-        chat: bool,
-        tools: ToolPlan | None = None,
+        work: Work,
+        plan: ToolPlan | None = None,
     ) -> Response:
-        work = generation_request(body, host, prompt, defaults, tools)
-        ends = tools.first_call_end() if tools is not None else None
-        generation = Generation(service, host, work, reply_stops(body, host, chat=chat), ends=ends)
-        frame = ReplyFrame(model=host.name, chat=chat)
+        generation = Generation(
+            self.service, host, work.request, work.stops, ends=work.first_call_end
+        )
         try:
             generation.start()
         except Overloaded as full:
             raise overloaded(str(full)) from None
         except ShuttingDown as stopping:
             raise unavailable(str(stopping), SHUTTING_DOWN_CODE) from None
-        handed_to_stream = False
-        try:
-            if body.streaming:
-                # Wait for the first piece before any byte goes out, so a failure this early is
-                # an ordinary HTTP error rather than an event inside a 200 stream.
-                first = await unless_disconnected(generation.next_piece(), request)
-                _raise_if_failed(first)
-                events = sse_events(generation, first, frame, body.options, tools)
-                handed_to_stream = True
-                return GenerationStream(generation, events)
-            text, entries, last = await unless_disconnected(_whole_reply(generation), request)
-            _raise_if_failed(last)
-            assert last.finish is not None
-            totals = usage(generation.prompt_tokens, last.completion_tokens)
-            logprobs = entries if work.logprobs is not None else None
-            finish = last.finish
-            calls: tuple[CallOut, ...] = ()
-            if tools is not None and tools.choice is not ToolChoice.NONE:
-                text, calls, finish = _read_calls(tools, text, finish)
-            return JSONResponse(
-                frame.reply(text, finish, totals, last.spec, logprobs, tool_calls=calls)
-            )
-        finally:
-            if not handed_to_stream:
-                generation.cancel()  # finished, failed or abandoned: the lane is not needed
+        frame = ReplyFrame(model=host.name, chat=isinstance(body, ChatCompletionBody))
+        if body.streaming:
+            return await _stream(request, generation, frame, body.options, plan)
+        return await _whole(request, generation, frame, plan)
 
-    return app
+
+async def _stream(
+    request: Request,
+    generation: Generation,
+    frame: ReplyFrame,
+    options: StreamOptions,
+    plan: ToolPlan | None,
+) -> Response:
+    """The reply as server-sent events. The first piece comes before any byte goes out, so a
+    failure this early is an ordinary HTTP error rather than an event inside a 200 stream."""
+    try:
+        first = await unless_disconnected(generation.next_piece(), request)
+        _raise_if_failed(first)
+        events = sse_events(generation, first, frame, options, plan)
+    except BaseException:
+        generation.cancel()  # failed or abandoned: the lane is not needed
+        raise
+    return GenerationStream(generation, events)
+
+
+async def _whole(
+    request: Request, generation: Generation, frame: ReplyFrame, plan: ToolPlan | None
+) -> Response:
+    """The reply as one JSON body, with its tool calls read out of the text."""
+    try:
+        text, entries, last = await unless_disconnected(_whole_reply(generation), request)
+    finally:
+        generation.cancel()  # finished, failed or abandoned: the lane is not needed
+    _raise_if_failed(last)
+    assert last.finish is not None
+    totals = usage(generation.prompt_tokens, last.completion_tokens)
+    logprobs = entries if generation.request.logprobs is not None else None
+    finish = last.finish
+    calls: tuple[CallOut, ...] = ()
+    if plan is not None and plan.choice is not ToolChoice.NONE:
+        text, calls, finish = _read_calls(plan, text, finish)
+    return JSONResponse(frame.reply(text, finish, totals, last.spec, logprobs, tool_calls=calls))
 
 
 # What the OpenAPI schema says of each route's replies (the app itself never reads this; the

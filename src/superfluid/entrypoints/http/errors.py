@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from superfluid.application.request_defaults import RequestRefused
 from superfluid.domain.errors import SuperfluidError
 
 INVALID_REQUEST = "invalid_request_error"
@@ -169,6 +170,11 @@ async def _user_error(_: Request, error: Exception) -> Response:
     return bad_request(error.message).response()
 
 
+async def _refused(_: Request, error: Exception) -> Response:
+    assert isinstance(error, RequestRefused)
+    return bad_request(error.message, error.param).response()
+
+
 async def _http_error(_: Request, error: Exception) -> Response:
     assert isinstance(error, StarletteHTTPException)
     kinds = {404: NOT_FOUND}
@@ -203,6 +209,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(pydantic.ValidationError, _validation_error)
+    app.add_exception_handler(RequestRefused, _refused)
     app.add_exception_handler(SuperfluidError, _user_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(ClientGone, _client_gone)

@@ -1,29 +1,23 @@
-"""From an HTTP request to a `GenerationRequest`: body, model, prompt, sampling and limits.
+"""From an HTTP request to what it asks: body, model, prompt, and the `Asked` records.
 
-Everything a client can get wrong is refused here with a 400/404/413 before anything is
-submitted, so the executor only ever sees requests that fit. No field names a file: a model is
+Everything a client can get wrong in the body is refused here with a 400/404/413; what the
+request asks of the model goes to `RequestDefaults` (application/request_defaults.py), which
+fills the open choices and refuses what the model cannot do. No field names a file: a model is
 picked by name among the served ones, never opened.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pydantic
 from fastapi import Request
 
-from superfluid.application.grammar import JsonObjectConstraint, SchemaConstraint
-from superfluid.application.ports import TokenConstraint
-from superfluid.application.requests import GenerationRequest
+from superfluid.application.request_defaults import Asked, SamplingAsked, ToolsAsked
 from superfluid.application.service import GenerationService, ModelHost
 from superfluid.application.tool_calling import FunctionTool, ToolChoice, ToolPlan
-from superfluid.domain.json_schema import SchemaUnsupported
-from superfluid.domain.sampling import SamplingParams
-from superfluid.domain.spec_settings import effective_temperature
 from superfluid.entrypoints.http.errors import (
     NOT_FOUND,
     ApiError,
@@ -40,20 +34,8 @@ from superfluid.entrypoints.http.schemas import (
 
 Body = TypeVar("Body", bound=pydantic.BaseModel)
 
-#: Without `max_tokens`, a reply may use the rest of the context window, up to this many tokens.
-DEFAULT_MAX_TOKENS = 2048
-
 #: Model-file suffixes a client may include or leave off when naming a served model.
 _MODEL_FILE_SUFFIXES = (".gguf", ".base", ".safetensors")
-
-
-@dataclass(frozen=True, slots=True)
-class ServerDefaults:
-    """What the command line says about requests that leave a choice open."""
-
-    cli_temperature: float | None = None
-    cli_seed: int | None = None
-    max_temperature: float | None = None
 
 
 # -- the body -------------------------------------------------------------------------------------
@@ -201,53 +183,17 @@ def _call_turn(call: ToolCallIn, where: str) -> dict[str, Any]:
 # -- tools ----------------------------------------------------------------------------------------
 
 
-def tool_plan(body: ChatCompletionBody, host: ModelHost) -> ToolPlan | None:
-    """What the request's `tools` and `tool_choice` ask of this model (None: no tools)."""
-    tools = body.tools or []
+def tools_asked(body: ChatCompletionBody) -> ToolsAsked:
+    """The request's `tools`, `tool_choice` and `parallel_tool_calls`, as sent."""
+    functions = tuple(
+        FunctionTool(t.function.name, t.function.parameters) for t in body.tools or []
+    )
     choice = body.tool_choice
-    if not tools:
-        if choice is not None and choice != "none":
-            raise bad_request(
-                "`tool_choice` needs `tools`: send the functions the model may call",
-                "tool_choice",
-            )
-        return None
-    seen: set[str] = set()
-    for index, tool in enumerate(tools):
-        if tool.function.name in seen:
-            where = f"tools[{index}].function.name"
-            raise bad_request(f"`{where}`: two tools are named {tool.function.name!r}", where)
-        seen.add(tool.function.name)
-    functions = tuple(FunctionTool(t.function.name, t.function.parameters) for t in tools)
-    named = None
-    if choice is None or choice == "auto":
-        kind = ToolChoice.AUTO
-    elif choice == "none":
-        kind = ToolChoice.NONE
-    elif choice == "required":
-        kind = ToolChoice.REQUIRED
-    else:
-        kind, named = ToolChoice.NAMED, choice.function.name
-        if named not in seen:
-            raise bad_request(
-                f"`tool_choice.function.name` names {named!r}, which is not among `tools`",
-                "tool_choice.function.name",
-            )
-    family = host.tool_family
-    if kind is ToolChoice.AUTO and not host.template_takes_tools:
-        raise bad_request(
-            f"{host.chat_template_origin} of {host.name} cannot take tools, so the"
-            " model cannot call them; serve it with --chat-template-file naming a template"
-            " that can, or force a call with `tool_choice`",
-            "tools",
-        )
-    plan = ToolPlan(kind, functions, family, named, parallel=body.parallel_tool_calls is not False)
-    if plan.forced:
-        try:
-            plan = plan.with_grammar()
-        except SchemaUnsupported as why:
-            raise bad_request(f'{why}; use `tool_choice: "auto"` for this tool', "tools") from None
-    return plan
+    parallel = body.parallel_tool_calls is not False
+    if choice is None or isinstance(choice, str):
+        kind = None if choice is None else ToolChoice(choice)
+        return ToolsAsked(functions, kind, parallel=parallel)
+    return ToolsAsked(functions, ToolChoice.NAMED, choice.function.name, parallel)
 
 
 def template_tools(
@@ -258,6 +204,13 @@ def template_tools(
     if plan is None or not plan.shows_tools or not host.template_takes_tools:
         return None
     return [tool.model_dump(exclude_none=True) for tool in body.tools or []]
+
+
+def chat_prompt_tokens(
+    host: ModelHost, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[int]:
+    """The chat prompt's tokens: the model's template applied, then its tokenizer."""
+    return host.tokenize(host.chat_prompt(messages, tools), add_special=True)
 
 
 def completion_prompt(body: CompletionBody) -> str:
@@ -271,19 +224,7 @@ def completion_prompt(body: CompletionBody) -> str:
     return prompt[0]
 
 
-def check_prompt_fits(host: ModelHost, prompt: Sequence[int], param: str) -> None:
-    context = host.capabilities.context_size
-    if not prompt:
-        raise bad_request("the prompt is empty; send some text to complete", param)
-    if len(prompt) >= context:
-        raise bad_request(
-            f"the prompt is {len(prompt)} tokens, and the context window of {host.name} holds "
-            f"{context} tokens (the reply needs at least one); shorten the prompt",
-            param,
-        )
-
-
-# -- what the request asks of the sampler ---------------------------------------------------------
+# -- what the request asks ------------------------------------------------------------------------
 
 
 def check_supported(body: SamplingFields) -> None:
@@ -319,84 +260,30 @@ def logprobs_wanted(body: SamplingFields) -> int | None:
     return None
 
 
-def sampling_params(
-    body: SamplingFields, host: ModelHost, defaults: ServerDefaults
-) -> SamplingParams:
-    temperature = effective_temperature(
-        body.temperature,
-        defaults.cli_temperature,
-        model_default=host.sampling.temperature,
-        max_temperature=defaults.max_temperature,
-        strategy_registered=host.registration.speculates,
-    )
-    # Every request gets a seed: without one from the client or the command line, a fresh
-    # random one, so two requests never share the counter-based noise stream.
-    seed = body.seed if body.seed is not None else defaults.cli_seed
-    if seed is None:
-        seed = secrets.randbits(63)
-    # Unset filters take the model's own defaults (its file's, else off); the request wins.
-    model = host.sampling
-    top_k = body.top_k if body.top_k is not None else model.top_k
-    top_p = body.top_p if body.top_p is not None else model.top_p
-    min_p = body.min_p if body.min_p is not None else model.min_p
-    repeat = body.repeat_penalty if body.repeat_penalty is not None else model.repeat_penalty
-    return SamplingParams(
-        temperature=temperature,
-        top_k=max(top_k or 0, 0),
-        top_p=top_p if top_p is not None else 1.0,
-        min_p=min_p or 0.0,
-        repeat_penalty=repeat or 1.0,
-        presence_penalty=body.presence_penalty or 0.0,
-        frequency_penalty=body.frequency_penalty or 0.0,
-        seed=seed,
+def asked(body: ChatCompletionBody | CompletionBody) -> Asked:
+    """What the request asks of its reply, as `RequestDefaults` reads it."""
+    sampling = SamplingAsked(
+        temperature=body.temperature,
+        top_k=body.top_k,
+        top_p=body.top_p,
+        min_p=body.min_p,
+        repeat_penalty=body.repeat_penalty,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+        seed=body.seed,
         logit_bias=tuple(sorted((int(t), float(b)) for t, b in (body.logit_bias or {}).items())),
     )
-
-
-def reply_stops(
-    body: ChatCompletionBody | CompletionBody, host: ModelHost, *, chat: bool
-) -> tuple[str, ...]:
-    """The strings that end a reply: the request's `stop`, and for a chat the template's
-    end-of-turn markers, so a model whose end-of-generation token is another never writes on
-    into a turn it invents (and no tool call is read from one)."""
-    if not chat:
-        return body.stop_strings
-    return tuple(dict.fromkeys((*body.stop_strings, *host.turn_ends)))
-
-
-def generation_request(
-    body: ChatCompletionBody | CompletionBody,
-    host: ModelHost,
-    prompt: list[int],
-    defaults: ServerDefaults,
-    tools: ToolPlan | None = None,
-) -> GenerationRequest:
-    check_prompt_fits(
-        host, prompt, "messages" if isinstance(body, ChatCompletionBody) else "prompt"
-    )
-    room = host.capabilities.context_size - len(prompt)
-    # An explicit limit past the window is kept: the reply then ends at the window, "length".
-    max_tokens = body.token_limit or min(room, DEFAULT_MAX_TOKENS)
-    json_mode = (
+    chat = isinstance(body, ChatCompletionBody)
+    json_object = (
         isinstance(body, ChatCompletionBody)
         and body.response_format is not None
         and body.response_format.type == "json_object"
     )
-    constraint: TokenConstraint | None = None
-    if tools is not None and tools.grammar is not None:
-        # A forced call is a grammar lane; it never speculates (docs/contract.md §8).
-        constraint = SchemaConstraint(
-            host.token_pieces(), host.capabilities.eos_tokens, tools.grammar
-        )
-    elif json_mode:
-        constraint = JsonObjectConstraint(host.token_pieces(), host.capabilities.eos_tokens)
-    chat = isinstance(body, ChatCompletionBody)
-    return GenerationRequest(
-        prompt=prompt,
-        params=sampling_params(body, host, defaults),
-        max_tokens=max_tokens,
-        stop_tokens=host.turn_end_tokens() if chat else frozenset(),
-        # Whether the lane may draft is GenerationRequest.may_draft's call (one rule).
-        constraint=constraint,
+    return Asked(
+        chat=chat,
+        sampling=sampling,
+        max_tokens=body.token_limit,
+        stop=body.stop_strings,
+        json_object=json_object,
         logprobs=logprobs_wanted(body),
     )
