@@ -193,6 +193,7 @@ def fallback_line(inv: Inventory) -> str | None:
     return (
         f"{types} weights run on the one-row dot product at every row count instead of"
         " llama.cpp's tiled K-quant matmul (whose 8+ rows sum in another order, with no row"
-        " mode in its order on this build): exact, but prefill slower (docs/benchmarks/kernels.md,"
-        " dot-product fallback, measures it per type)"
+        " mode in its order on this build): exact, but prefill slower"
+        " (docs/benchmarks/kernel-cost-per-weight-type/, dot-product fallback, measures it per"
+        " type)"
     )

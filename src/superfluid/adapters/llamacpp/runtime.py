@@ -63,7 +63,8 @@ from superfluid.domain.strategies import Strategy
 #: several decodes, exactly (the kernels are batch-invariant).
 MAX_VERIFY_ROWS = 65
 #: Steps this wide or narrower may be padded into one pass: past 16 rows a row costs as much
-#: as a pass saves (docs/benchmarks/step_cost.md), so wider steps are left as they come.
+#: as a pass saves (docs/benchmarks/verify-step-cost-8-lanes-65-rows/), so wider steps are
+#: left as they come.
 MAX_PADDED_WIDTH = 16
 #: Throwaway rows worth one pass fewer (see `_padded_widths`): a padding row runs every layer
 #: but the vocabulary head, a pass saved saves a read of every weight, and about ten rows is
