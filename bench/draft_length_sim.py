@@ -15,7 +15,7 @@ demo model and kept in `~/.cache/superfluid/draft-length-sim.json` (`--refresh` 
 again). Rules, all within the contract's draft content (docs/contract.md §4):
 
 - **served**: `DepthController` with match classes, power-of-two row candidates up to the cap
-  and skipping, warmed up over one pass of the prompts; at cap 15 (before issue 23) and 64;
+  and skipping, warmed up over one pass of the prompts; at cap 15 (the upstream CLI's) and 64;
 - **a fourth match class** for long copies (from 16, 32 or 48 tokens of match);
 - **at most N after a miss**: a lane whose last draft missed drafts at most N tokens next;
 - **served, cut at the first miss**: the served rule, each draft cut (by a clairvoyant) where

@@ -13,7 +13,7 @@ does.
     .venv/bin/python -m bench.llamacpp_step_cost --logit-rows [--reps N]
 
 `--grid` times c(rows, lanes) instead: 1, 2, 4, 8, 16, 32, 64 and 65 rows per lane, every row with
-logits, on 1, 2, 4 and 8 lanes (the depths a draft of up to 64 tokens needs; issue 23).
+logits, on 1, 2, 4 and 8 lanes (the depths a draft of up to 64 tokens needs).
 
 `--logit-rows` times, on the served kernels only, one lane feeding r = 1..17 tokens that all ask
 for logits, and n = 1..8 lanes feeding one token each, as llama.cpp computes them ("raw": no

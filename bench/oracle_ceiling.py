@@ -110,7 +110,7 @@ class OracleState:
 class ClairvoyantLookupDrafter:
     """Prompt-lookup's own drafts, each cut to the part plain decoding will accept.
 
-    What is drafted is prompt-lookup's (decision 2); how many of its tokens is decided knowing
+    What is drafted is prompt-lookup's (docs/contract.md §4); how many of its tokens is decided knowing
     the continuation, so no rule on whether and how much to draft (the gates' whole lever) can
     do better with these drafts, short of evening out a tick's widths across lanes (each lane is
     cut on its own): the bound on what the gates could make of prompt-lookup."""
@@ -444,7 +444,7 @@ def report(cells: list[Cell], args: argparse.Namespace, header: list[str]) -> st
         possible = "–" if peer is None else ("yes" if ceiling >= 1.1 * peer else "**no**")
         fraction = auto / ceiling if ceiling else 0.0
         target = ""
-        if cell.workload == "copy-heavy":  # issue 23: at every lane count
+        if cell.workload == "copy-heavy":  # the target holds at every lane count
             target = f" (≥ 0.9 {'✓' if fraction >= 0.9 else '✗'})"
         rows.append(
             [
@@ -522,9 +522,9 @@ def lookup_table(cells: list[Cell]) -> list[str]:
     return [
         "## Prompt-lookup's own ceiling",
         "",
-        "Prompt-lookup's drafts (the most recent earlier occurrence's continuation, the issue's "
-        "decision 2) on the same prompts in the same runs, no gate. **Fixed depths**: one depth "
-        "for every lane and tick; the best is what one depth rule reaches without knowing the "
+        "Prompt-lookup's drafts (the most recent earlier occurrence's continuation, "
+        "docs/contract.md §4) on the same prompts in the same runs, no gate. **Fixed depths**: "
+        "one depth for every lane and tick; the best is what one depth rule reaches without knowing the "
         "text in advance. **Clairvoyant length**: each draft cut to the part plain decoding "
         "accepts (nothing drafted where that is none), under a depth cap: no rule on whether "
         "and how much of a draft to verify — the gates' whole lever — can do better with these "
@@ -557,7 +557,7 @@ METHOD = [
     "configuration's decode-only aggregate in the HTTP run (`--http-raw`): where it says no, "
     "no drafter could meet the 1.1× target there through this executor. The oracle runs "
     "in-process and llama-server over HTTP, so the comparison flatters the oracle slightly. "
-    "Target (issue 23): auto ≥ 0.9 of the oracle on copy-heavy at every lane count.",
+    "Target: auto ≥ 0.9 of the oracle on copy-heavy at every lane count.",
     "- On the served, batch-invariant kernels (ADR 0008) a verify step's rows equal plain "
     "decoding's, so the oracle's first pass stays on the known path (acceptance 100%). On "
     "kernels that are not, a near-tie can break differently and the oracle then has nothing "

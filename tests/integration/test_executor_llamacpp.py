@@ -135,7 +135,7 @@ def plain_reference(runtime, prompts, max_tokens):
 def test_speculative_greedy_equals_plain_greedy_at_every_depth_and_lane_count(runtime, lanes):
     prompts = [COPY_PROMPT, *OPEN_PROMPTS[:3]]
     plain = plain_reference(runtime, prompts, 40)
-    for depth in (3, 8, 15, 31, 64):  # up to 65 rows a lane (contract §4, issue 23)
+    for depth in (3, 8, 15, 31, 64):  # up to 65 rows a lane (contract §4)
         spec, lasts, _ = generate(
             runtime, prompts, speculate=True, max_tokens=40, depth=depth, lanes=lanes
         )

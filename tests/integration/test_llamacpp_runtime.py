@@ -534,7 +534,7 @@ def test_the_demo_model_s_weight_kernels_need_the_patches_row_orders(
     assert out.splitlines()[-1].split()[0] == rows, out.splitlines()[-1]
 
 
-# 65 rows: the deepest verify step issue 23 opens, and past llama.cpp's 64-query switch to its
+# 65 rows: the deepest verify step a 64-token draft needs, and past llama.cpp's 64-query switch to its
 # tiled attention; 8 lanes: the widest step the benches serve (8 clients, `--max-lanes 8`).
 @pytest.mark.parametrize(("lanes", "rows"), [(1, 65), (8, 9)], ids=["65-rows", "8-lanes"])
 def test_deep_and_wide_steps_past_512_cells_equal_plain_rows(

@@ -218,7 +218,7 @@ def test_an_explicit_path_that_is_not_a_bundle_is_refused(layout):
     assert (
         err.value.message == f"--speculate {gguf}: not a .base bundle (convert the drafter first)"
     )
-    # A kind in front of the path gets the same line (issue 25).
+    # A kind in front of the path gets the same line.
     with pytest.raises(DirectiveError) as err:
         explicit(f"dflash:{gguf}", read_header(target), home=root)
     assert err.value.message == (

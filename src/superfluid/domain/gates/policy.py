@@ -63,8 +63,8 @@ class TickPlan:
     `fill`: a lane whose class does not draft still drafts, up to the widest draft of its tick,
     when another lane of the tick drafts. The step is that wide anyway (the runtime pads the
     narrower feeds, `adapters/llamacpp/runtime.py`), so such a lane's draft costs only its logits
-    rows, not the weights a pass reads nor the layers a padding row runs (ADR 0014, "Drafts
-    that fill a padded step").
+    rows, not the weights a pass reads nor the layers a padding row runs (ADR 0014, "One depth
+    per tick from 4 lanes").
     """
 
     depth: int
