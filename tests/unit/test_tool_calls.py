@@ -1,5 +1,6 @@
 """Tool-call parsers, one per family, against each family's documented format; the stream reader
-(what each piece of a reply settles), and where a one-call reply ends."""
+(what each piece of a reply settles), where a one-call reply ends, and the family table (every
+family complete, and the recipe for a new one naming real files)."""
 
 from __future__ import annotations
 

@@ -25,6 +25,8 @@ class ToolFamily(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ToolFamilyRecord:
+    """One family: how a template shows it, and how its replies are read."""
+
     family: ToolFamily
     #: Text whose presence in a chat template says the template teaches this family; None for
     #: the one family of templates that take tools but show no marker.
@@ -49,6 +51,7 @@ _UNMARKED = next(record.family for record in FAMILIES if record.template_marker 
 
 
 def family_record(family: ToolFamily) -> ToolFamilyRecord:
+    """`family`'s row of the table."""
     return _BY_FAMILY[family]
 
 

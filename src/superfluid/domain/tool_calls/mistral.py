@@ -1,6 +1,6 @@
 """The mistral family.
 
-Calls follow a marker: `[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]`, or the newer
+Calls follow a marker: `[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]`, or
 `[TOOL_CALLS]f[ARGS]{...}` per call. The marker is a control token some detokenizers drop, so
 a reply that is a bare call list holds calls too.
 """
