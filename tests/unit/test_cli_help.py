@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from superfluid.domain.strategies import Strategy
 from superfluid.entrypoints.cli import app
 from superfluid.entrypoints.cli_reference import commands
-from superfluid.entrypoints.serve_settings import KNOBS
+from superfluid.entrypoints.serve_settings import OPTIONS
 
 runner = CliRunner()
 
@@ -33,7 +33,7 @@ NUMBERS = {
 }
 #: The variables `serve`'s knobs fall back to, which --help names in their text.
 SERVE_ENV = [
-    *(knob.env for knob in KNOBS if knob.env),
+    *(option.knob.env for option in OPTIONS if option.knob.env),
     *(s.depth_env for s in Strategy if s.depth_env),
 ]
 

@@ -1,4 +1,5 @@
-"""The serve settings table is the one source of `serve`'s knobs: flags, variables, defaults."""
+"""A serve knob is declared once, on the field it fills; `serve`'s options, variables,
+defaults and --help are derived from those fields."""
 
 import dataclasses
 import re
@@ -9,14 +10,17 @@ import typer
 
 from superfluid.application.serving import ServePlan
 from superfluid.domain.errors import SettingsError
+from superfluid.domain.knobs import knob_of
 from superfluid.domain.spec_settings import SpecSettings
 from superfluid.entrypoints.cli import app
 from superfluid.entrypoints.cli_reference import help_text as rendered_help
-from superfluid.entrypoints.serve_settings import KNOBS, help_text, resolve, shown_default
+from superfluid.entrypoints.serve_settings import OPTIONS, help_text, resolve, shown_default
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLE = "src/superfluid/entrypoints/serve_settings.py"
-HOLDERS = {"ServePlan": ServePlan, "SpecSettings": SpecSettings}
+#: The modules whose dataclass fields declare the knobs.
+DECLARED_IN = ["src/superfluid/application/serving.py", "src/superfluid/domain/spec_settings.py"]
+#: ServePlan's fields that are not serve options.
+NOT_OPTIONS = {"settings", "env"}
 
 SPEC_ENV = {
     "SUPERFLUID_SPEC_ADAPTIVE": "0",
@@ -37,10 +41,20 @@ def flat(text):
     return " ".join(text.split())
 
 
+def knob_fields():
+    """`Holder.field` for every field of ServePlan and SpecSettings that carries a knob."""
+    return [
+        f"{holder.__name__}.{f.name}"
+        for holder in (ServePlan, SpecSettings)
+        for f in dataclasses.fields(holder)
+        if knob_of(f) is not None
+    ]
+
+
 # -- the recipe ----------------------------------------------------------------------------
 
 
-def test_the_recipe_for_a_new_serve_knob_names_files_that_exist_and_the_table():
+def test_the_recipe_for_a_new_serve_knob_names_the_modules_that_declare_knobs():
     page = (ROOT / "docs" / "architecture.md").read_text()
     heading = "### A new serve knob\n"
     assert heading in page, "docs/architecture.md has no recipe `### A new serve knob`"
@@ -50,52 +64,66 @@ def test_the_recipe_for_a_new_serve_knob_names_files_that_exist_and_the_table():
         for name in re.findall(r"`([^`\s]+)`", section)
         if re.fullmatch(r"[\w./-]+\.(py|md)", name)
     ]
-    assert TABLE in named
+    for module in DECLARED_IN:
+        assert module in named, module
     for name in named:
         assert (ROOT / name).is_file(), name
+    steps = re.findall(r"^\d+\. ", section, re.MULTILINE)
+    assert 1 <= len(steps) <= 2, "a new serve knob touches at most two places"
 
 
-# -- the table is the one source -----------------------------------------------------------
+# -- the fields are the one source ---------------------------------------------------------
 
 
-def test_every_serve_option_comes_from_the_table_in_its_order():
+def test_every_serve_option_comes_from_a_knob_field_in_field_order():
     command = typer.main.get_command(app).commands["serve"]
     options = [p for p in command.params if p.param_type_name == "option"]
-    assert [p.name for p in options] == [knob.name for knob in KNOBS]
-    for param, knob in zip(options, KNOBS, strict=True):
-        assert "/".join([*param.opts, *param.secondary_opts]) == knob.flag
-        assert param.envvar is None, f"{knob.flag}: its variable is read by the table only"
+    assert [option.lands for option in OPTIONS] == knob_fields()
+    assert [p.name for p in options] == [option.knob.name for option in OPTIONS]
+    for param, option in zip(options, OPTIONS, strict=True):
+        assert "/".join([*param.opts, *param.secondary_opts]) == option.knob.flag
+        assert param.envvar is None, f"{option.knob.flag}: its variable is read in one place"
 
 
-def test_every_knob_shows_its_help_default_and_variable_in_help_and_the_reference():
+def test_every_field_but_the_plans_settings_and_environment_is_a_serve_option():
+    plan = {f.name for f in dataclasses.fields(ServePlan)}
+    spec = {f.name for f in dataclasses.fields(SpecSettings)}
+    assert set(knob_fields()) == {f"ServePlan.{name}" for name in plan - NOT_OPTIONS} | {
+        f"SpecSettings.{name}" for name in spec
+    }
+
+
+def test_option_names_flags_and_variables_are_unique():
+    for attribute in ("name", "flag", "env"):
+        given = [getattr(o.knob, attribute) for o in OPTIONS if getattr(o.knob, attribute)]
+        assert len(given) == len(set(given)), attribute
+
+
+def test_every_option_has_its_fields_default():
+    for option in OPTIONS:
+        (declared,) = [f for f in dataclasses.fields(option.holder) if f.name == option.field]
+        assert option.default == declared.default, option.lands
+
+
+def test_no_knob_is_built_outside_a_field_declaration():
+    for path in sorted((ROOT / "src").rglob("*.py")):
+        if path.name != "knobs.py":
+            assert "Knob(" not in path.read_text(), path
+
+
+def test_every_option_shows_its_help_default_and_variable_in_help_and_the_reference():
     shown = flat(rendered_help(["serve"]))
     page = flat((ROOT / "docs" / "cli.md").read_text())
-    for knob in KNOBS:
-        said = flat(help_text(knob))
+    for option in OPTIONS:
+        knob = option.knob
+        said = flat(help_text(option))
+        assert flat(knob.help.replace("{default}", shown_default(option))) in said, knob.flag
         assert said in shown and said in page, knob.flag
         if knob.env is not None:
             assert f"[env var: {knob.env}]" in said, knob.flag
         if knob.shown is not None:
-            default = knob.shown.replace("{default}", shown_default(knob))
-            assert f"[default: {default}" in shown, knob.flag
-
-
-def test_every_knob_lands_in_a_field_whose_default_is_the_knobs():
-    names = [knob.name for knob in KNOBS]
-    assert len(names) == len(set(names))
-    landed = [knob.lands for knob in KNOBS]
-    assert len(landed) == len(set(landed))
-    for knob in KNOBS:
-        fields = {f.name: f for f in dataclasses.fields(HOLDERS[knob.holder])}
-        assert knob.field in fields, knob.lands
-        field = fields[knob.field]
-        if field.default is not dataclasses.MISSING:
-            assert field.default == knob.default, knob.lands
-
-
-def test_every_speculation_setting_has_a_knob():
-    fields = {f.name for f in dataclasses.fields(SpecSettings)}
-    assert {k.field for k in KNOBS if k.holder == "SpecSettings"} == fields
+            default = knob.shown.replace("{default}", shown_default(option))
+            assert f"[default: {default}" in shown and f"[default: {default}" in page, knob.flag
 
 
 # -- flag > environment > default ----------------------------------------------------------

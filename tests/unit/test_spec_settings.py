@@ -3,13 +3,12 @@ import math
 import pytest
 
 from superfluid.domain.errors import SettingsError
+from superfluid.domain.knobs import parse_bool, parse_number
 from superfluid.domain.spec_settings import (
     UNKNOWN_BLOCK_DEPTH,
     SpecSettings,
     default_depth,
     depth_for,
-    parse_bool,
-    parse_number,
 )
 from superfluid.domain.strategies import Strategy
 

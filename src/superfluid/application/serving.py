@@ -17,7 +17,7 @@ whose file has a `.base` header; whether a loaded model runs them is its runtime
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,9 +50,19 @@ from superfluid.domain.catalog import CatalogRow
 from superfluid.domain.directive import Directive, Mode, check_mtp_head, parse_directive
 from superfluid.domain.errors import DirectiveError, ModelFileError
 from superfluid.domain.gates.policy import SpecPolicy
+from superfluid.domain.knobs import (
+    SPEC,
+    as_names,
+    as_switch,
+    as_switch_off,
+    as_tool_families,
+    as_whole,
+    in_range,
+    knob,
+)
 from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
 from superfluid.domain.spec_settings import SpecSettings, depth_for
-from superfluid.domain.strategies import Pick, Strategy
+from superfluid.domain.strategies import Pick, Strategy, directive_help
 from superfluid.domain.temperature_cap import max_temperature_notice
 from superfluid.domain.tool_calls.families import ToolFamily
 
@@ -65,36 +75,183 @@ DEFAULT_MAX_QUEUE = 16
 DEFAULT_SHUTDOWN_TIMEOUT = 25.0
 
 
-@dataclass(frozen=True)
-class ServePlan:
-    """Everything `serve` was told, validated."""
+def _as_paths(_name: str, raw: Sequence[str]) -> tuple[Path, ...]:
+    """The `--model` and `--chat-template-file` rule: each path with `~` expanded."""
+    return tuple(Path(p).expanduser() for p in raw)
 
-    models: tuple[Path, ...]
-    speculate: str | None
+
+@dataclass(frozen=True, kw_only=True)
+class ServePlan:
+    """Everything `serve` was told, validated.
+
+    A field declared with `knob()` is a `serve` option: its flag, variable, default and help
+    (domain/knobs.py); `serve` offers them in field order. `settings` holds the speculation
+    knobs; `env` is the environment the plan was made in.
+    """
+
     settings: SpecSettings
-    host: str = "127.0.0.1"
-    port: int = 8453
-    api_key: str | None = None
-    offline: bool = False
-    temperature: float | None = None
-    seed: int | None = None
-    max_lanes: int = 4
-    ctx_size: int = 4096
-    monitor: bool = True
     env: Mapping[str, str] = field(default_factory=dict)
-    #: `--served-model-name`, one per model in order (fewer: the rest keep their file names).
-    served_names: tuple[str, ...] = ()
-    max_queue: int = DEFAULT_MAX_QUEUE
-    prefix_reuse: bool = True
-    #: `--chat-template-file`, one per model in order (fewer: the rest keep their own).
-    chat_templates: tuple[Path, ...] = ()
-    #: `--tool-call-parser`, one per model in order (fewer: the rest read their template's).
-    tool_parsers: tuple[ToolFamily, ...] = ()
-    #: `--widen-weights`: a runtime may serve a model from a faster copy of its weights that
-    #: computes the same numbers (llamacpp: Q5_0 as Q8_0, ADR 0018), kept in the cache.
-    widen_weights: bool = True
-    #: `--shutdown-timeout`: seconds a draining server lets running requests finish.
-    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
+    models: tuple[Path, ...] = knob(
+        (),
+        flag="--model",
+        help="Serve another model too (repeatable); requests pick by name.",
+        rule=_as_paths,
+        metavar="PATH",
+        kind="repeat",
+        shown=None,
+    )
+    #: One per model in order (fewer: the rest keep their file names).
+    served_names: tuple[str, ...] = knob(
+        (),
+        flag="--served-model-name",
+        help="The id clients use for a model, instead of its file name (repeatable: the first"
+        " names MODEL, the next each --model in order). The file name is still accepted."
+        " Default: the file name.",
+        rule=as_names,
+        metavar="NAME",
+        kind="repeat",
+        shown=None,
+    )
+    #: One per model in order (fewer: the rest keep their own).
+    chat_templates: tuple[Path, ...] = knob(
+        (),
+        flag="--chat-template-file",
+        help="A Jinja chat template (or a tokenizer_config.json) that replaces a model's own"
+        " (repeatable: the first for MODEL, the next each --model in order). Default: the"
+        " model's template, else a built-in for its family.",
+        rule=_as_paths,
+        metavar="PATH",
+        kind="repeat",
+        shown=None,
+    )
+    #: One per model in order (fewer: the rest read their template's).
+    tool_parsers: tuple[ToolFamily, ...] = knob(
+        (),
+        flag="--tool-call-parser",
+        help="How a model writes tool calls: "
+        + ", ".join(f.value for f in ToolFamily)
+        + " (repeatable, per model in order). Default: read off the chat template.",
+        rule=as_tool_families,
+        metavar="NAME",
+        kind="repeat",
+        shown=None,
+    )
+    speculate: str | None = knob(
+        None,
+        flag="--speculate",
+        help=directive_help(),
+        env="SUPERFLUID_SPECULATE",
+        metavar="DIRECTIVE",
+        shown="off",
+        panel=SPEC,
+    )
+    host: str = knob(
+        "127.0.0.1",
+        flag="--host",
+        help="Address to bind (loopback unless told otherwise).",
+        metavar="ADDRESS",
+    )
+    port: int = knob(
+        8453,
+        flag="--port",
+        help="Port to listen on, 0..=65535; 0 picks a free port, which the log's `listening on`"
+        " line shows.",
+        rule=in_range(0, 65535, "in 0..=65535 (0 picks a free port)", kind=int),
+        metavar="INTEGER",
+    )
+    api_key: str | None = knob(
+        None,
+        flag="--api-key",
+        help="Require this Bearer token on /v1/*.",
+        env="SUPERFLUID_API_KEY",
+        metavar="TOKEN",
+        shown=None,
+    )
+    offline: bool = knob(
+        False,
+        flag="--offline/--no-offline",
+        help="Never fetch the hub catalog.",
+        rule=as_switch,
+        kind="switch",
+    )
+    temperature: float | None = knob(
+        None,
+        flag="--temperature",
+        help="Default temperature for requests that set none.",
+        rule=in_range(0.0, 2.0, "a finite number in [0, 2]"),
+        metavar="NUMBER",
+        shown="the model file's own, else 0.8",
+    )
+    seed: int | None = knob(
+        None,
+        flag="--seed",
+        help="Default seed for requests that set none.",
+        rule=as_whole,
+        metavar="INTEGER",
+        shown="a fresh one per request",
+    )
+    max_lanes: int = knob(
+        4,
+        flag="--max-lanes",
+        help="Requests decoded at once, per model.",
+        metavar="INTEGER",
+        kind="bounded",
+        bounds=(1, 64),
+    )
+    max_queue: int = knob(
+        DEFAULT_MAX_QUEUE,
+        flag="--max-queue",
+        help="Requests that may wait for a lane, per model; past lanes + queue a request gets"
+        " 429 with Retry-After at once (default {default}).",
+        rule=in_range(0, 100_000, "in 0..=100000", kind=int),
+        metavar="INTEGER",
+        shown=None,
+    )
+    ctx_size: int = knob(
+        4096,
+        flag="--ctx-size",
+        help="Context window per lane, in tokens.",
+        metavar="INTEGER",
+        kind="bounded",
+        bounds=(16, None),
+    )
+    shutdown_timeout: float = knob(
+        DEFAULT_SHUTDOWN_TIMEOUT,
+        flag="--shutdown-timeout",
+        help="Seconds SIGTERM or SIGINT lets running requests finish before it ends them with an"
+        " error (a second signal ends them at once); the server then exits 0.",
+        rule=in_range(0, 86_400, "in 0..=86400 seconds"),
+        env="SUPERFLUID_SHUTDOWN_TIMEOUT",
+        metavar="NUMBER",
+        shown="{default}, inside Kubernetes' 30 s grace period",
+    )
+    monitor: bool = knob(
+        True,
+        flag="--no-monitor",
+        help="No live terminal view; a status line in the log every few seconds instead.",
+        rule=as_switch_off,
+        kind="switch",
+        shown="the live view when stderr is a terminal",
+    )
+    prefix_reuse: bool = knob(
+        True,
+        flag="--prefix-reuse/--no-prefix-reuse",
+        help="Keep a finished request's KV for a later prompt that starts the same way (a chat's"
+        " next turn); the longest shared prefix is not prefilled again.",
+        rule=as_switch,
+        kind="switch",
+    )
+    #: A runtime may serve a model from a faster copy of its weights that computes the same
+    #: numbers (llamacpp: Q5_0 as Q8_0, ADR 0018), kept in the cache.
+    widen_weights: bool = knob(
+        True,
+        flag="--widen-weights/--no-widen-weights",
+        help="On x86, serve a GGUF's Q5_0 weights as Q8_0: the same values and replies, faster"
+        " prefill and decoding, from a copy written once under $SUPERFLUID_HOME/cache/weights"
+        " (a little larger than the model).",
+        rule=as_switch,
+        kind="switch",
+    )
 
 
 @dataclass

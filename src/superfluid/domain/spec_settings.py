@@ -1,9 +1,9 @@
 """Speculation settings: defaults, validation and draft depth (docs/contract.md §4, §7).
 
-`SpecSettings` holds every speculation knob with the contract's default. The serve settings
-table (`entrypoints/serve_settings.py`) reads each knob flag > environment > default and builds
-the value; it is only trusted after `SpecSettings.validate()`, whose refusals carry the
-contract's messages verbatim (the CLI prints them and exits 2).
+`SpecSettings` holds every speculation knob with the contract's default; each field carries its
+`serve` flag, variable and help (`knob()`, domain/knobs.py), which the CLI reads flag >
+environment > default. The value is only trusted after `SpecSettings.validate()`, whose refusals
+carry the contract's messages verbatim (the CLI prints them and exits 2).
 
 Draft depth resolves one level further: `--spec-draft-tokens` beats the strategy's own variable
 (`SUPERFLUID_MTP_DRAFTS`, `SUPERFLUID_EAGLE_DRAFTS`, `SUPERFLUID_DFLASH_DRAFTS`), which beats
@@ -16,9 +16,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import overload
 
 from superfluid.domain.errors import SettingsError
+from superfluid.domain.knobs import (
+    SPEC,
+    as_number,
+    as_switch,
+    as_whole,
+    format_number,
+    in_range,
+    knob,
+    parse_number,
+)
 from superfluid.domain.strategies import Strategy
 
 #: The deepest draft any strategy may propose (`--spec-draft-tokens` is 1..=64); a deep draft
@@ -35,9 +44,6 @@ UNKNOWN_BLOCK_DEPTH = 4
 DEPTH_ENV_BY_STRATEGY: Mapping[Strategy, str] = {
     s: s.depth_env for s in Strategy if s.depth_env is not None
 }
-
-_TRUE_WORDS = frozenset({"1", "true", "on", "yes"})
-_FALSE_WORDS = frozenset({"0", "false", "off", "no"})
 
 
 def default_depth(
@@ -62,46 +68,6 @@ def default_depth(
     return min(block_size, MAX_DRAFT_TOKENS)
 
 
-@overload
-def parse_number(flag: str, raw: str, kind: type[int]) -> int: ...
-@overload
-def parse_number(flag: str, raw: str, kind: type[float] = ...) -> float: ...
-def parse_number(flag: str, raw: str, kind: type[int] | type[float] = float) -> int | float:
-    """Read a number given for `flag` (a flag or variable name), refusing anything else.
-
-    Surrounding blanks are forgiven; digit separators (`1_000`), which Python would accept and a
-    user would not expect to, are refused. `kind=int` refuses fractions.
-    """
-    text = raw.strip()
-    if text and "_" not in text:
-        try:
-            return int(text) if kind is int else float(text)
-        except ValueError:
-            pass
-    raise SettingsError(f'{flag} expects a number, got "{raw}"')
-
-
-def parse_bool(name: str, raw: str) -> bool:
-    """Read an on/off value: 1/0, true/false, on/off, yes/no in any case."""
-    word = raw.strip().lower()
-    if word in _TRUE_WORDS:
-        return True
-    if word in _FALSE_WORDS:
-        return False
-    raise SettingsError(f'{name} expects one of 1/0/true/false/on/off/yes/no, got "{raw}"')
-
-
-def format_number(value: float) -> str:
-    """A number as a user would write it: `3` rather than `3.0`, `2.5`, `NaN`, `inf`."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    if value == int(value) and abs(value) < 1e16:
-        return str(int(value))
-    return repr(value)
-
-
 def _check_max_temperature(value: float, shown: str) -> None:
     if not (math.isfinite(value) and 0.0 <= value <= 2.0):
         raise SettingsError(
@@ -111,20 +77,95 @@ def _check_max_temperature(value: float, shown: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class SpecSettings:
-    """Every speculation knob of §7 and §8, with the contract's defaults.
+    """Every speculation knob of §7 and §8, with the contract's defaults; each field is a
+    `serve` option (`knob()`).
 
     `draft_tokens` None means "the strategy's own depth"; `max_temperature` None means no cap.
     """
 
-    draft_tokens: int | None = None
-    adaptive: bool = True
-    min_yield: float = 0.75
-    yield_rounds: int = 24
-    throughput_gate: bool = True
-    min_speedup: float = 1.08
-    reprobe: int = 32
-    reprobe_max: int = 1024
-    max_temperature: float | None = None
+    draft_tokens: int | None = knob(
+        None,
+        flag="--spec-draft-tokens",
+        help="Draft depth, 1..=64.",
+        rule=as_whole,
+        metavar="INTEGER",
+        shown="per strategy (docs/contract.md §4)",
+        env_shown=", ".join(dict.fromkeys(DEPTH_ENV_BY_STRATEGY.values())) + ", per strategy",
+        panel=SPEC,
+    )
+    adaptive: bool = knob(
+        True,
+        flag="--spec-adaptive/--no-spec-adaptive",
+        help="Pick the fastest depth per lane count.",
+        rule=as_switch,
+        env="SUPERFLUID_SPEC_ADAPTIVE",
+        kind="switch",
+        panel=SPEC,
+    )
+    min_yield: float = knob(
+        0.75,
+        flag="--spec-min-yield",
+        help="Accepted tokens per round below which a request stops drafting (a round asked for"
+        " fewer tokens than the default depth: in proportion).",
+        rule=as_number,
+        env="SUPERFLUID_SPEC_MIN_YIELD",
+        metavar="NUMBER",
+        panel=SPEC,
+    )
+    yield_rounds: int = knob(
+        24,
+        flag="--spec-yield-rounds",
+        help="Rounds before the yield floor judges a request.",
+        rule=as_whole,
+        env="SUPERFLUID_SPEC_LANE_YIELD_ROUNDS",
+        metavar="INTEGER",
+        panel=SPEC,
+    )
+    throughput_gate: bool = knob(
+        True,
+        flag="--spec-throughput-gate/--no-spec-throughput-gate",
+        help="Decode plainly where speculation is not faster.",
+        rule=as_switch,
+        env="SUPERFLUID_SPEC_GATE",
+        kind="switch",
+        panel=SPEC,
+    )
+    min_speedup: float = knob(
+        1.08,
+        flag="--spec-min-speedup",
+        help="Speed-up speculation must show.",
+        rule=as_number,
+        env="SUPERFLUID_SPEC_MIN_SPEEDUP",
+        metavar="NUMBER",
+        panel=SPEC,
+    )
+    reprobe: int = knob(
+        32,
+        flag="--spec-gate-reprobe",
+        help="Requests before re-measuring a loss (0: final).",
+        rule=as_whole,
+        env="SUPERFLUID_SPEC_GATE_REPROBE",
+        metavar="INTEGER",
+        panel=SPEC,
+    )
+    reprobe_max: int = knob(
+        1024,
+        flag="--spec-gate-reprobe-max",
+        help="Cap of the doubling re-probe wait.",
+        rule=as_whole,
+        env="SUPERFLUID_SPEC_GATE_REPROBE_MAX",
+        metavar="INTEGER",
+        panel=SPEC,
+    )
+    max_temperature: float | None = knob(
+        None,
+        flag="--spec-max-temperature",
+        help="Cap a default temperature while speculating.",
+        rule=in_range(0.0, 2.0, "a finite number in [0, 2]"),
+        metavar="NUMBER",
+        shown="no cap",
+        panel=SPEC,
+    )
 
     def validate(self) -> SpecSettings:
         """Return self, or raise SettingsError with the first rule broken, in flag order."""

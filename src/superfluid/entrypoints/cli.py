@@ -22,7 +22,7 @@ from typer.core import TyperCommand, TyperGroup
 from superfluid.application.serving import ServePlan
 from superfluid.domain.errors import SuperfluidError
 from superfluid.domain.spec_settings import SpecSettings
-from superfluid.entrypoints.serve_settings import KNOBS, Knob, help_text, resolve
+from superfluid.entrypoints.serve_settings import OPTIONS, ServeOption, help_text, resolve
 
 log = logging.getLogger("superfluid")
 
@@ -250,8 +250,8 @@ def drafters(
     typer.echo(report_json(report) if as_json else report_text(report))
 
 
-# Its options are the knobs of `serve_settings.KNOBS`, set as its signature below; `given` maps
-# each knob's option name to what its flag gave.
+# Its options are `serve_settings.OPTIONS` (the knobs on the fields of ServePlan and
+# SpecSettings), set as its signature below; `given` maps each option's name to what its flag gave.
 def serve(
     model_file: Annotated[
         str | None,
@@ -284,13 +284,14 @@ def serve(
         fail(error.message)
 
 
-def _option(knob: Knob) -> inspect.Parameter:
-    """`serve`'s option for a knob. An absent flag gives None, so `resolve` reads the variable
-    next; a bounded knob's flag gives its default, which click shows with the range."""
+def _option(option: ServeOption) -> inspect.Parameter:
+    """`serve`'s parameter for an option. An absent flag gives None, so `resolve` reads the
+    variable next; a bounded option's flag gives its default, which click shows with the range."""
+    knob = option.knob
     low, high = knob.bounds or (None, None)
     info = typer.Option(
         knob.flag,
-        help=help_text(knob),
+        help=help_text(option),
         metavar=knob.metavar,
         rich_help_panel=knob.panel,
         show_default=knob.kind == "bounded",
@@ -306,15 +307,15 @@ def _option(knob: Knob) -> inspect.Parameter:
     return inspect.Parameter(
         knob.name,
         inspect.Parameter.KEYWORD_ONLY,
-        default=knob.default if knob.kind == "bounded" else None,
+        default=option.default if knob.kind == "bounded" else None,
         annotation=Annotated[taken, info],
     )
 
 
-# `serve` takes MODEL, then one option per knob of the table, in its order.
+# `serve` takes MODEL, then one option per knob field, in field order.
 _MODEL_FILE = inspect.signature(serve, eval_str=True).parameters["model_file"]
 serve.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [_MODEL_FILE, *map(_option, KNOBS)], return_annotation=None
+    [_MODEL_FILE, *map(_option, OPTIONS)], return_annotation=None
 )
 app.command(cls=_Command)(serve)
 
