@@ -5,6 +5,7 @@ import pytest
 
 from superfluid.application.events import Finish
 from superfluid.application.executor import Executor
+from superfluid.application.ports import RuntimeFault
 from superfluid.application.requests import GenerationRequest
 from superfluid.application.sequence_pool import start_of_longest_run
 from superfluid.domain.gates.policy import TickPlan
@@ -374,6 +375,42 @@ def test_a_fault_while_committing_one_lane_fails_only_that_lane():
     assert runtime.kv == executor.parked()
     # Admitted in order, the bad lane took sequence 0 and the good one 1.
     assert list(executor.parked()) == [1], "the failed lane's sequence is freed, not parked"
+
+
+class FirstCutFails(FakeRuntime):
+    """A runtime whose first KV cut fails."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.failed_seq = None
+
+    def cut(self, seq, length):
+        if self.failed_seq is None:
+            self.failed_seq = seq
+            raise RuntimeFault("the cut did not hold")
+        super().cut(seq, length)
+
+
+def test_a_kv_that_does_not_cut_back_ends_its_lane_and_commits_nothing_of_that_round():
+    model = FakeModel(order=1, peak=3.0, eos=False)
+    prompts = [[3, 4, 5, 3, 4], [1, 2, 1, 2, 1]]
+    params = SamplingParams(temperature=1.0, seed=3)  # sampled: some drafts are rejected
+
+    def requests():
+        return requests_for(prompts, params, max_tokens=60)
+
+    plain, _, _ = run(FakeRuntime(model), requests(), speculate=False)
+    runtime = FirstCutFails(model)
+    spec = requests()
+    outs, finishes, events = run(runtime, spec, speculate=True)
+    assert runtime.failed_seq is not None, "no round was cut back"
+    failed = finishes.index(Finish.ERROR)
+    last = [e for e in events if e.request_id == spec[failed].id][-1]
+    assert last.finish is Finish.ERROR and last.tokens == ()
+    assert "the cut did not hold" in last.error
+    # What the lane reported before that round is plain output; the round itself adds nothing.
+    assert outs[failed] == plain[failed][: len(outs[failed])]
+    assert outs[1 - failed] == plain[1 - failed] and finishes[1 - failed] is Finish.LENGTH
 
 
 # -- prefix reuse --------------------------------------------------------------------------
