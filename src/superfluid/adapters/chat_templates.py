@@ -8,7 +8,7 @@ arguments as a parsed object) and a `tool` turn's `tool_call_id`.
 Whether a template can take tools is not guessed from its name: it is rendered once with a probe
 tool, and takes tools when the probe's name shows up in the prompt (llama.cpp's chat layer checks
 its templates the same way). The call format it teaches is read off its markers
-(`superfluid.domain.tool_calls.family_of_template`). The built-ins: Gemma's turns (tools as
+(`superfluid.domain.tool_calls.families.family_of_template`). The built-ins: Gemma's turns (tools as
 Gemma's function-calling guide describes them: definitions in the first user turn, calls as
 Python-style `[f(a=1)]`, results in a `tool_output` block), ChatML (Hermes-style tools, for
 `.base` models with ChatML markers) and plain `role: text` lines, which take no tools.

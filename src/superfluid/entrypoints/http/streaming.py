@@ -139,7 +139,7 @@ async def sse_events(
 class StreamedCalls:
     """What a stream shows of a reply's tool calls, piece by piece, in the reply's order.
 
-    - `auto`: the reply is read as it comes (domain.tool_calls.ToolCallReader): content leaves
+    - `auto`: the reply is read as it comes (`domain/tool_calls/reader.py`): content leaves
       at once, except text that may begin a call, which waits until it is known; a call leaves
       as soon as its name is known, then its arguments as the model writes them.
     - a named function: the call opens at the first piece and each piece of the grammar's output
