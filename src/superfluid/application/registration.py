@@ -21,7 +21,6 @@ from superfluid.domain.strategies import Pick, Strategy
 PROMPT_LOOKUP = Strategy.PROMPT_LOOKUP
 
 
-
 @dataclass(frozen=True, slots=True)
 class Registration:
     """The outcome for one model: a strategy and its drafter, or plain decoding; what to log."""

@@ -119,9 +119,7 @@ def resolve_bundle_path(directive: Directive, header: BundleHeader | None) -> Di
         return directive
     if header is None:
         raise DirectiveError(not_a_bundle(directive.raw))
-    return Directive(
-        Mode.BUNDLE_PATH, directive.raw, path=directive.path, kind=kind_of(header)
-    )
+    return Directive(Mode.BUNDLE_PATH, directive.raw, path=directive.path, kind=kind_of(header))
 
 
 def check_mtp_head(target: str, header: BundleHeader | None) -> None:
