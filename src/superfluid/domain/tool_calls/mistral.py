@@ -64,14 +64,7 @@ def read(stream: Stream) -> Reading[None]:
         return
     begin = stream.at - 1
     if ch == "[" and (yield from stream.skip(is_space)) == "{":
-        stream.at = begin + 1
-        stream.loose = begin
-        try:
-            ch = yield from read_json_calls(stream, "[", marker=False)
-            if ch != END:
-                raise Broken("text follows the calls", 1)
-        except Broken as broken:
-            stream.abandon(broken)
+        yield from stream.whole_reply(begin, read_json_calls(stream, "[", marker=False))
         return
     stream.at = begin
     if (yield from stream.content_until((MARKER,))) is None:

@@ -80,6 +80,12 @@ def _is_name_char(ch: str) -> bool:
     return ch in (".", "_") or ch.isalnum()
 
 
+def _call_list(stream: Stream) -> Reading[str]:
+    """A call list that is the whole reply, and the character after its trailing space."""
+    ch = yield from _python_body(stream, "[")
+    return (yield from stream.skip(is_space, ch))
+
+
 def read(stream: Stream) -> Reading[None]:
     """The stream grammar: a call list that is the whole reply, or content and the first
     `tool_code` block's calls."""
@@ -88,15 +94,7 @@ def read(stream: Stream) -> Reading[None]:
         return
     begin = stream.at - 1
     if ch == "[" and (yield from _bare_call_list_opens(stream)):
-        stream.at = begin + 1
-        stream.loose = begin
-        try:
-            ch = yield from _python_body(stream, "[")
-            ch = yield from stream.skip(is_space, ch)
-            if ch != END:
-                raise Broken("text follows the calls", 1)
-        except Broken as broken:
-            stream.abandon(broken)
+        yield from stream.whole_reply(begin, _call_list(stream))
         return
     stream.at = begin
     while (yield from stream.content_until((_TOOL_CODE_FENCE,))) is not None:

@@ -186,6 +186,17 @@ class Stream:
         self._events.append(CallClosed(self._calls - 1, self.at))
         self._open = None
 
+    def whole_reply(self, begin: int, calls: Reading[str]) -> Reading[None]:
+        """Read the reply from `begin` as one list of calls: `calls` reads it and returns the
+        character after it, where anything but the reply's end is a problem."""
+        self.at = begin + 1
+        self.loose = begin
+        try:
+            if (yield from calls) != END:
+                raise Broken("text follows the calls", 1)
+        except Broken as broken:
+            self.abandon(broken)
+
     def abandon(self, broken: Broken) -> None:
         """Stop reading calls: held text is content, and so is the rest of the reply."""
         self._ended_inside_call = broken.ended

@@ -15,12 +15,13 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from superfluid.application.request_defaults import RequestDefaults, Work
@@ -86,20 +87,20 @@ def create_app(
     guards = [Depends(_bearer_guard(api_key))] if api_key else []
     v1 = APIRouter(prefix="/v1", dependencies=guards)
     generates = {**_REPLY, **_refusals(400, 401, 404, 413, 429, 503)}
-    v1.add_api_route(
-        "/chat/completions",
-        routes.chat_completions,
-        methods=["POST"],
-        responses=generates,
-        openapi_extra=openapi_request_body(ChatCompletionBody),
+    generators: tuple[
+        tuple[str, Callable[[Request], Awaitable[Response]], type[BaseModel]], ...
+    ] = (
+        ("/chat/completions", routes.chat_completions, ChatCompletionBody),
+        ("/completions", routes.completions, CompletionBody),
     )
-    v1.add_api_route(
-        "/completions",
-        routes.completions,
-        methods=["POST"],
-        responses=generates,
-        openapi_extra=openapi_request_body(CompletionBody),
-    )
+    for path, route, body in generators:
+        v1.add_api_route(
+            path,
+            route,
+            methods=["POST"],
+            responses=generates,
+            openapi_extra=openapi_request_body(body),
+        )
     v1.add_api_route("/models", routes.list_models, methods=["GET"], responses=_refusals(401))
     v1.add_api_route(
         "/models/{model:path}", routes.get_model, methods=["GET"], responses=_refusals(401, 404)
