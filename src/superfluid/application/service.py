@@ -71,10 +71,6 @@ class ModelHost:
             self.admission = Admission(self.executor.max_lanes)
 
     @property
-    def default_temperature(self) -> float:
-        return self.sampling.temperature
-
-    @property
     def speculates(self) -> bool:
         """Whether a strategy is registered, so this model's lanes may draft."""
         return self.registration.speculates
