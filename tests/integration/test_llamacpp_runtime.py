@@ -468,7 +468,7 @@ def test_the_installed_llama_cpp_carries_the_patches(runtime: LlamaCppRuntime) -
 _ROWS_AGAINST_ONE_AT_A_TIME = """
 import dataclasses, os, sys
 import numpy as np
-from superfluid.adapters.llamacpp import LlamaCppRuntime
+from superfluid.adapters.llamacpp.runtime import LlamaCppRuntime
 from superfluid.adapters.llamacpp.kernels import served_kernels
 from superfluid.adapters.llamacpp.native import llama
 from superfluid.application.ports import Feed

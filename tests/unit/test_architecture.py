@@ -1,6 +1,7 @@
 """The dependency rule and the purity of the domain, checked on every test run."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -197,6 +198,30 @@ def test_every_import_names_the_home_module_of_what_it_imports():
                     if not is_home and f"{node.module}.{alias.name}" not in defined:
                         where = f"{path.relative_to(ROOT)}:{node.lineno}"
                         forwarded.append(f"{where} imports {alias.name} from {node.module}")
+    assert forwarded == []
+
+
+def test_imports_written_in_strings_and_docs_name_home_modules_too():
+    # Code run in a subprocess (`python -c`), shell scripts and documented commands import by
+    # text; the same one-home rule holds for them.
+    defined = {
+        _module_name(path): _defined_at_top(ast.parse(path.read_text()))
+        for path in (ROOT / "src").rglob("*.py")
+    }
+    written = re.compile(r"from (superfluid[\w.]*) import ([\w ,]+)")
+    forwarded = []
+    folders = ("src", "tests", "bench", "scripts", "docs", "deploy")
+    paths = [p for folder in folders for p in (ROOT / folder).rglob("*") if p.is_file()]
+    for path in sorted([*paths, ROOT / "README.md"]):
+        if path.suffix not in (".py", ".md", ".sh", ".cfg", ".toml"):
+            continue
+        for match in written.finditer(path.read_text()):
+            module, names = match.group(1), match.group(2)
+            if module not in defined:
+                continue
+            for name in (n.split(" as ")[0].strip() for n in names.split(",")):
+                if name and name not in defined[module] and f"{module}.{name}" not in defined:
+                    forwarded.append(f"{path.relative_to(ROOT)} imports {name} from {module}")
     assert forwarded == []
 
 
