@@ -12,7 +12,7 @@ from superfluid.domain.tool_calls.calls import Malformed, ParsedCall, ParsedRepl
 from superfluid.domain.tool_calls.json_calls import call_from_json, read_json_call
 from superfluid.domain.tool_calls.stream import END, Broken, Reading, Stream, broken_at, is_space
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
+OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 
 
 def parse(text: str) -> ParsedReply | None:
@@ -44,9 +44,9 @@ def parse(text: str) -> ParsedReply | None:
             return ParsedReply(joined_content(*outside), tuple(calls), problem)
         calls.append(made)
         rest = text[end:].lstrip()
-        if rest.startswith(CLOSE):
-            at = len(text) - len(rest) + len(CLOSE)
-        elif CLOSE.startswith(rest):
+        if rest.startswith(_CLOSE):
+            at = len(text) - len(rest) + len(_CLOSE)
+        elif _CLOSE.startswith(rest):
             at = len(text)  # the reply ended inside (or before) the closing tag
         else:
             at = len(text) - len(rest)  # no closing tag: what follows is text
@@ -70,7 +70,7 @@ def read(stream: Stream) -> Reading[None]:
         if ch == END:
             return
         tag = stream.at - 1
-        closed = yield from stream.match(CLOSE, ch)
+        closed = yield from stream.match(_CLOSE, ch)
         if closed is None:
             return  # the reply ended inside the closing tag
         if not closed:

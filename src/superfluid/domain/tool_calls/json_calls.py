@@ -38,7 +38,7 @@ def parse_json_calls(text: str) -> list[ParsedCall]:
     calls: list[ParsedCall] = []
     at = 0
     while at < len(text):
-        while at < len(text) and text[at] in " \t\r\n;":
+        while at < len(text) and text[at] in _SEPARATORS:
             at += 1
         if at == len(text):
             break
@@ -73,7 +73,7 @@ class Draft:
     held: str | None = None  # arguments written before the name, waiting for it
 
 
-def read_json_value(
+def _read_json_value(
     stream: Stream, ch: str, *, send: bool = False
 ) -> Reading[tuple[str, str | None]]:
     """One JSON value from `ch` on: its text, and the character read after it (None when
@@ -114,7 +114,7 @@ def _members(stream: Stream, draft: Draft) -> Reading[None]:
     while True:
         if ch != '"':
             raise broken_at(ch, "a call is not valid JSON")
-        key, after = yield from read_json_value(stream, ch)
+        key, after = yield from _read_json_value(stream, ch)
         ch = yield from stream.skip(_is_json_space, after)
         if ch != ":":
             raise broken_at(ch, "a call is not valid JSON")
@@ -135,7 +135,7 @@ def _member(stream: Stream, draft: Draft, key: object, ch: str) -> Reading[str |
         return None
     if key in ("arguments", "parameters"):
         return (yield from read_arguments(stream, draft, ch))
-    raw, after = yield from read_json_value(stream, ch)
+    raw, after = yield from _read_json_value(stream, ch)
     if key == "name":
         _name(stream, draft, raw, after)
     return after
@@ -162,7 +162,7 @@ def read_arguments(stream: Stream, draft: Draft, ch: str) -> Reading[str | None]
         raise broken_at(ch, "a call has its arguments twice")
     draft.has_arguments = True
     streamed = ch == "{" and draft.name is not None
-    raw, after = yield from read_json_value(stream, ch, send=streamed)
+    raw, after = yield from _read_json_value(stream, ch, send=streamed)
     if streamed:
         return after
     text = raw

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from superfluid.domain.tool_calls.calls import ParsedReply
 from superfluid.domain.tool_calls.json_calls import parse_json_calls, read_json_calls
-from superfluid.domain.tool_calls.stream import END, Broken, Reading, Stream, is_space
+from superfluid.domain.tool_calls.stream import END, Reading, Stream, is_space
 
-PYTHON_TAG = "<|python_tag|>"
+_PYTHON_TAG = "<|python_tag|>"
 
 
 def parse(text: str) -> ParsedReply | None:
     """The calls that make the whole reply; None when it is prose."""
     body = text.strip()
-    body = body.removeprefix(PYTHON_TAG).lstrip()
+    body = body.removeprefix(_PYTHON_TAG).lstrip()
     if not body.startswith(("{", "[")):
         return None
     if body.startswith("[") and not body[1:].lstrip().startswith(("{", "]")):
@@ -32,7 +32,7 @@ def read(stream: Stream) -> Reading[None]:
         return
     begin = stream.at - 1
     if ch == "<":
-        if not (yield from stream.match(PYTHON_TAG, ch)):
+        if not (yield from stream.match(_PYTHON_TAG, ch)):
             stream.at = begin
             return
         ch = yield from stream.skip(is_space)
@@ -46,10 +46,4 @@ def read(stream: Stream) -> Reading[None]:
     elif ch != "{":
         stream.at = begin
         return
-    stream.loose = begin
-    try:
-        ch = yield from read_json_calls(stream, ch, marker=False)
-        if ch != END:
-            raise Broken("text follows the calls", 1)
-    except Broken as broken:
-        stream.abandon(broken)
+    yield from stream.whole_reply(begin, read_json_calls(stream, ch, marker=False))

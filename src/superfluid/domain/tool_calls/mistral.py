@@ -25,8 +25,8 @@ from superfluid.domain.tool_calls.json_calls import (
 )
 from superfluid.domain.tool_calls.stream import END, Broken, Reading, Stream, is_space
 
-MARKER, NAMED = "[TOOL_CALLS]", "[ARGS]"
-_NAMED_CALL = re.compile(r"\s*([A-Za-z0-9_.\-]+)\[ARGS\]")
+MARKER, _NAMED = "[TOOL_CALLS]", "[ARGS]"
+_NAMED_CALL = re.compile(r"\s*([A-Za-z0-9_.\-]+)" + re.escape(_NAMED))
 
 
 def parse(text: str) -> ParsedReply | None:
@@ -64,6 +64,7 @@ def read(stream: Stream) -> Reading[None]:
         return
     begin = stream.at - 1
     if ch == "[" and (yield from stream.skip(is_space)) == "{":
+        stream.at = begin + 1
         yield from stream.whole_reply(begin, read_json_calls(stream, "[", marker=False))
         return
     stream.at = begin
@@ -93,7 +94,7 @@ def _named_call(stream: Stream, ch: str) -> Reading[str]:
         ch = yield
     name = stream.text[start : stream.at - (ch != END)]
     why = "a call is neither a JSON list nor name[ARGS]{...}"
-    yield from stream.expect(NAMED, ch, why)
+    yield from stream.expect(_NAMED, ch, why)
     stream.open_call(name)
     draft = Draft(name)
     after = yield from read_arguments(stream, draft, (yield))

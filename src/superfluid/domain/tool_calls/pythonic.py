@@ -29,12 +29,12 @@ from superfluid.domain.tool_calls.stream import (
 
 #: What a chat template that teaches this family shows.
 TOOL_CODE = "tool_code"
-FENCE = "```"
-_TOOL_CODE_FENCE = FENCE + TOOL_CODE
-_TOOL_CODE_BLOCK = re.compile(r"```tool_code\s*\n(.*?)(?:```|\Z)", re.DOTALL)
+_FENCE = "```"
+_TOOL_CODE_FENCE = _FENCE + TOOL_CODE
+_TOOL_CODE_BLOCK = re.compile(re.escape(_TOOL_CODE_FENCE) + r"\s*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
-def python_calls(source: str) -> list[ParsedCall]:
+def _python_calls(source: str) -> list[ParsedCall]:
     """The calls in `source`: one call expression, or a list or tuple of them."""
     try:
         tree = ast.parse(source.strip(), mode="eval")
@@ -64,12 +64,12 @@ def parse(text: str) -> ParsedReply | None:
     whole reply; None when there is neither."""
     block = _TOOL_CODE_BLOCK.search(text)
     if block is not None:
-        calls = python_calls(block.group(1))
+        calls = _python_calls(block.group(1))
         return ParsedReply(joined_content(text[: block.start()], text[block.end() :]), tuple(calls))
     body = text.strip()
     if not re.match(r"\[\s*[A-Za-z_][\w.]*\(", body):
         return None
-    return ParsedReply(None, tuple(python_calls(body)))
+    return ParsedReply(None, tuple(_python_calls(body)))
 
 
 def _is_name_start(ch: str) -> bool:
@@ -94,6 +94,7 @@ def read(stream: Stream) -> Reading[None]:
         return
     begin = stream.at - 1
     if ch == "[" and (yield from _bare_call_list_opens(stream)):
+        stream.at = begin + 1
         yield from stream.whole_reply(begin, _call_list(stream))
         return
     stream.at = begin
@@ -113,7 +114,7 @@ def read(stream: Stream) -> Reading[None]:
             ch = yield from _python_body(stream, ch)
             ch = yield from stream.skip(is_space, ch)
             if ch != END:
-                yield from stream.expect(FENCE, ch, "text follows the calls")
+                yield from stream.expect(_FENCE, ch, "text follows the calls")
         except Broken as broken:
             stream.abandon(broken)
         return  # the first block holds the calls; the rest of the reply is content
@@ -163,7 +164,7 @@ def _python_call(stream: Stream, ch: str) -> Reading[None]:
     opening = stream.at - 1
     yield from _python_arguments(stream)
     try:
-        (made,) = python_calls(stream.text[start : stream.at])
+        (made,) = _python_calls(stream.text[start : stream.at])
     except Malformed as error:
         raise Broken(str(error), stream.at - opening) from None
     stream.fragment(made.arguments)

@@ -17,7 +17,6 @@ class ToolCallReader:
     """
 
     def __init__(self, family: ToolFamily) -> None:
-        self.family = family
         self._stream = Stream(family.value, family_record(family).read)
 
     @property

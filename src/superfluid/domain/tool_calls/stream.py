@@ -187,9 +187,8 @@ class Stream:
         self._open = None
 
     def whole_reply(self, begin: int, calls: Reading[str]) -> Reading[None]:
-        """Read the reply from `begin` as one list of calls: `calls` reads it and returns the
-        character after it, where anything but the reply's end is a problem."""
-        self.at = begin + 1
+        """Read the rest of the reply, held from `begin`, as calls only: `calls` reads them and
+        returns the character after them, where anything but the reply's end is a problem."""
         self.loose = begin
         try:
             if (yield from calls) != END:
