@@ -225,4 +225,4 @@ def test_a_parser_flag_does_not_make_a_template_take_tools() -> None:
     assert refused.value.param == "tools"
     forced = chat_body(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "done"}})
     plan = RequestDefaults().tool_plan(tools_asked(forced), model)
-    assert plan is not None and template_tools(forced, plan, model) is None
+    assert plan is not None and template_tools(forced, plan) is None

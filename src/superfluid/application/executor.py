@@ -190,7 +190,8 @@ class Executor:
         return events
 
     def _round(self, events: list[Committed]) -> None:
-        """One round of every lane in one packed step: propose, verify, accept, cut back, report.
+        """One round of every lane in one packed step: propose, verify, accept, cut back, commit,
+        report.
 
         A lane proposes a prompt chunk while it prefills, else its pending token and a draft as
         deep as the tick's plan asks for the draft's match class (ADR 0013); an empty draft is

@@ -199,7 +199,14 @@ class RequestDefaults:
                 "tools",
             )
         named = asked.named if kind is ToolChoice.NAMED else None
-        plan = ToolPlan(kind, asked.functions, model.tool_family, named, parallel=asked.parallel)
+        plan = ToolPlan(
+            kind,
+            asked.functions,
+            model.tool_family,
+            named,
+            parallel=asked.parallel,
+            template_takes_tools=model.template_takes_tools,
+        )
         if not plan.forced:
             return plan
         try:

@@ -51,6 +51,9 @@ class ToolPlan:
     family: ToolFamily | None = None  # how an `auto` reply writes calls
     named: str | None = None  # the function a NAMED choice forces
     parallel: bool = True
+    #: Whether the model's chat template can show tools; a forced call on one that cannot is
+    #: written by its grammar alone.
+    template_takes_tools: bool = True
     #: A forced choice's grammar, compiled once when the request is taken (`with_grammar`).
     grammar: Node | None = None
 
@@ -60,8 +63,9 @@ class ToolPlan:
 
     @property
     def shows_tools(self) -> bool:
-        """Whether the prompt shows the model the tools."""
-        return self.choice is not ToolChoice.NONE
+        """Whether the prompt shows the model the tools: not for `tool_choice: none`, nor on a
+        template that cannot take them."""
+        return self.choice is not ToolChoice.NONE and self.template_takes_tools
 
     def first_call_end(self) -> FirstCallEnd | None:
         """Where the reply ends when it may make one call only: `auto` with

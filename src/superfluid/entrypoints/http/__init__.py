@@ -1,1 +1,1 @@
-"""The OpenAI-compatible HTTP API: `create_app(service, metrics=...)` builds the FastAPI app."""
+"""The OpenAI-compatible HTTP API: `app.create_app(service, metrics=...)` builds the FastAPI app."""

@@ -15,13 +15,12 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from superfluid.application.request_defaults import RequestDefaults, Work
@@ -87,9 +86,7 @@ def create_app(
     guards = [Depends(_bearer_guard(api_key))] if api_key else []
     v1 = APIRouter(prefix="/v1", dependencies=guards)
     generates = {**_REPLY, **_refusals(400, 401, 404, 413, 429, 503)}
-    generators: tuple[
-        tuple[str, Callable[[Request], Awaitable[Response]], type[BaseModel]], ...
-    ] = (
+    generators = (
         ("/chat/completions", routes.chat_completions, ChatCompletionBody),
         ("/completions", routes.completions, CompletionBody),
     )
@@ -133,7 +130,7 @@ class _Routes:
         host = find_host(self.service, body.model)
         plan = self.defaults.tool_plan(tools_asked(body), host)
         messages = chat_messages(body.messages)
-        tools = template_tools(body, plan, host)
+        tools = template_tools(body, plan)
         # Templates and tokenizers are plain blocking code: keep them off the event loop.
         prompt = await run_in_threadpool(chat_prompt_tokens, host, messages, tools)
         work = self.defaults.work(asked(body), host, prompt, plan)
@@ -174,9 +171,7 @@ class _Routes:
         work: Work,
         plan: ToolPlan | None = None,
     ) -> Response:
-        generation = Generation(
-            self.service, host, work.request, work.stops, ends=work.first_call_end
-        )
+        generation = Generation(self.service, host, work)
         try:
             generation.start()
         except Overloaded as full:

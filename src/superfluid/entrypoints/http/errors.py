@@ -165,14 +165,10 @@ async def _validation_error(_: Request, error: Exception) -> Response:
 
 async def _user_error(_: Request, error: Exception) -> Response:
     # Domain errors carry a message meant for the user (a chat template's refusal, a sampling
-    # parameter out of range): they are the request's fault.
+    # parameter out of range): they are the request's fault. A refused request names its field.
     assert isinstance(error, SuperfluidError)
-    return bad_request(error.message).response()
-
-
-async def _refused(_: Request, error: Exception) -> Response:
-    assert isinstance(error, RequestRefused)
-    return bad_request(error.message, error.param).response()
+    param = error.param if isinstance(error, RequestRefused) else None
+    return bad_request(error.message, param).response()
 
 
 async def _http_error(_: Request, error: Exception) -> Response:
@@ -209,7 +205,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(pydantic.ValidationError, _validation_error)
-    app.add_exception_handler(RequestRefused, _refused)
     app.add_exception_handler(SuperfluidError, _user_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(ClientGone, _client_gone)

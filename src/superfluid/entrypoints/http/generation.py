@@ -34,11 +34,10 @@ from typing import TypeVar
 from fastapi import Request
 
 from superfluid.application.events import Committed, Finish, SpecStats
-from superfluid.application.requests import GenerationRequest
+from superfluid.application.request_defaults import Work
 from superfluid.application.service import SHUTTING_DOWN, GenerationService, ModelHost
 from superfluid.application.text import TextStream
 from superfluid.domain.logprobs import TokenLogprob
-from superfluid.domain.tool_calls.reader import FirstCallEnd
 from superfluid.entrypoints.http.errors import ClientGone
 from superfluid.entrypoints.http.replies import LogprobEntry, TopEntry
 
@@ -106,27 +105,21 @@ class LogprobTrail:
 
 
 class Generation:
-    def __init__(
-        self,
-        service: GenerationService,
-        host: ModelHost,
-        request: GenerationRequest,
-        stops: tuple[str, ...],
-        *,
-        ends: FirstCallEnd | None = None,
-    ) -> None:
-        self.request = request
-        self.prompt_tokens = len(request.prompt)
+    def __init__(self, service: GenerationService, host: ModelHost, work: Work) -> None:
+        self.request = work.request
+        self.prompt_tokens = len(work.request.prompt)
         self._service = service
         self._host = host
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue[Committed] = asyncio.Queue()
-        self._text = TextStream(host.detokenize, stops)
-        self._ends = ends  # where a one-call reply ends, read off its text
+        self._text = TextStream(host.detokenize, work.stops)
+        self._ends = work.first_call_end  # where a one-call reply ends, read off its text
         self._completion_tokens = 0
         self._spec = SpecStats()
         self._ended = False
-        self._trail = LogprobTrail(host.token_pieces()) if request.logprobs is not None else None
+        self._trail = (
+            LogprobTrail(host.token_pieces()) if work.request.logprobs is not None else None
+        )
         self._shown_chars = 0  # characters released so far
 
     def start(self) -> None:

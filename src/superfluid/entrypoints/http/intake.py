@@ -1,8 +1,9 @@
 """From an HTTP request to what it asks: body, model, prompt, and the `Asked` records.
 
-Everything a client can get wrong in the body is refused here with a 400/404/413; what the
-request asks of the model goes to `RequestDefaults` (application/request_defaults.py), which
-fills the open choices and refuses what the model cannot do. No field names a file: a model is
+A body the server cannot read, or that asks for what it does not support, is refused here with
+a 400/404/413; what the request asks of the model goes to `RequestDefaults`
+(application/request_defaults.py), which fills the open choices and refuses what the request
+and the model cannot do together (tools, prompt length). No field names a file: a model is
 picked by name among the served ones, never opened.
 """
 
@@ -196,12 +197,9 @@ def tools_asked(body: ChatCompletionBody) -> ToolsAsked:
     return ToolsAsked(functions, ToolChoice.NAMED, choice.function.name, parallel)
 
 
-def template_tools(
-    body: ChatCompletionBody, plan: ToolPlan | None, host: ModelHost
-) -> list[dict[str, Any]] | None:
-    """The tools the prompt shows: none for `tool_choice: none`, and none for a forced call on
-    a template that cannot take them (the grammar writes the call either way)."""
-    if plan is None or not plan.shows_tools or not host.template_takes_tools:
+def template_tools(body: ChatCompletionBody, plan: ToolPlan | None) -> list[dict[str, Any]] | None:
+    """The tools the prompt shows, as the plan says (`ToolPlan.shows_tools`)."""
+    if plan is None or not plan.shows_tools:
         return None
     return [tool.model_dump(exclude_none=True) for tool in body.tools or []]
 

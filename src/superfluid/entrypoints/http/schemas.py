@@ -3,7 +3,7 @@
 Validation is strict about types (a temperature of `"1"` is refused, not coerced) and about
 ranges (OpenAI's: temperature 0..2, penalties -2..2, up to 4 stop strings), and lenient about
 fields this server does not use: unknown fields are ignored, as OpenAI's own SDKs send fields
-that servers are expected to skip. Checks across fields (content parts, `n`) happen in `intake`;
+that servers are expected to skip. Checks of what this server supports (content parts, `n`, `echo`) happen in `intake`;
 checks that need the model (prompt length, tools) in `RequestDefaults`, where the message can
 name the model's numbers.
 """
