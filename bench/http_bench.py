@@ -845,10 +845,7 @@ def write_report(results: Results, out: Path) -> None:
     except ImportError as error:  # matplotlib is the bench extra's; the tables need nothing
         log(f"no plot ({error}); install the bench extra: pip install -e '.[bench]'")
         picture = None
-    extra = []
-    if (out / "profile.md").is_file():  # hand-written: where the time goes in the misses
-        extra = ["## Where the time goes", "", "See [profile.md](profile.md).", ""]
-    (out / "README.md").write_text(markdown(results, plot=picture, extra=extra))
+    (out / "README.md").write_text(markdown(results, plot=picture))
     log(f"wrote {out / 'README.md'}" + (f" and {out / picture}" if picture else ""))
 
 

@@ -100,7 +100,7 @@ class Target:
     applies: Callable[[str, float, int], bool]  # (workload, temperature, clients)
 
 
-#: Issue 23's targets (decode-only is the one judged for copy-heavy and long-prompt; end to end
+#: The targets (decode-only is the one judged for copy-heavy and long-prompt; end to end
 #: is reported beside it), and the serving-overhead floor.
 TARGETS = (
     Target(
@@ -713,9 +713,7 @@ def targets_table(results: Results) -> list[str]:
     return _rows(header, rows)
 
 
-def markdown(
-    results: Results, *, plot: str | None = "throughput.png", extra: Sequence[str] = ()
-) -> str:
+def markdown(results: Results, *, plot: str | None = "throughput.png") -> str:
     m, s = results.machine, results.settings
     out = [
         "# HTTP benchmark: superfluid against plain decoding, llama.cpp's llama-server, "
@@ -840,7 +838,7 @@ def markdown(
         ]
     if plot:
         out += [f"![aggregate tokens per second, end to end and decode-only]({plot})", ""]
-    out += [*method(s), *extra]
+    out += method(s)
     if results.notes:
         out += ["## Notes from this run", "", *(f"- {note}" for note in results.notes), ""]
     return "\n".join(out)
