@@ -58,8 +58,9 @@ from superfluid.domain.strategies import Strategy
 
 WORKLOADS = {w.name: w for w in (COPY_HEAVY, LONG_PROMPT, OPEN_ENDED)}
 SETTLED = ("speculate", "plain", "final-plain")
-# The report's folder on the benchmark shelf (docs/benchmarks/README.md indexes it), and the HTTP
-# bench's default one, whose raw JSON the report sets beside the oracle.
+# Where a default run writes its report: a new folder on the benchmark shelf (link it from
+# docs/benchmarks/README.md when the report is kept); and the HTTP bench's default folder, whose
+# raw JSON the report sets beside the oracle.
 DEFAULT_OUT = "docs/benchmarks/prompt-lookup-ceiling-gemma3-1-8-clients"
 DEFAULT_HTTP_OUT = "docs/benchmarks/http-gemma3-all-workloads-1-8-clients"
 
@@ -444,7 +445,7 @@ def report(cells: list[Cell], args: argparse.Namespace, header: list[str]) -> st
         possible = "–" if peer is None else ("yes" if ceiling >= 1.1 * peer else "**no**")
         fraction = auto / ceiling if ceiling else 0.0
         target = ""
-        if cell.workload == "copy-heavy":  # the target holds at every lane count
+        if cell.workload == "copy-heavy":  # the target applies at every lane count
             target = f" (≥ 0.9 {'✓' if fraction >= 0.9 else '✗'})"
         rows.append(
             [
