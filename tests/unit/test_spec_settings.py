@@ -32,7 +32,7 @@ def test_each_strategy_has_the_contracts_default_depth(strategy, kwargs, depth):
     assert default_depth(Strategy(strategy), **kwargs) == depth
 
 
-def test_a_block_drafter_wider_than_fifteen_drafts_fifteen():
+def test_a_block_drafter_drafts_its_width_up_to_64():
     assert default_depth(Strategy.DFLASH, block_size=16) == 16
     assert default_depth(Strategy.DFLASH, block_size=70) == 64
 

@@ -48,18 +48,9 @@ from superfluid.domain import announcements as say
 from superfluid.domain.bundle_header import BundleHeader
 from superfluid.domain.catalog import CatalogRow
 from superfluid.domain.directive import Directive, Mode, check_mtp_head, parse_directive
-from superfluid.domain.errors import DirectiveError, ModelFileError
+from superfluid.domain.errors import DirectiveError, ModelFileError, SettingsError
 from superfluid.domain.gates.policy import SpecPolicy
-from superfluid.domain.knobs import (
-    SPEC,
-    as_names,
-    as_switch,
-    as_switch_off,
-    as_tool_families,
-    as_whole,
-    in_range,
-    knob,
-)
+from superfluid.domain.knobs import SPEC, as_switch_off, as_temperature, as_whole, in_range, knob
 from superfluid.domain.sampling_defaults import BUILT_IN_SAMPLING, SamplingDefaults
 from superfluid.domain.spec_settings import SpecSettings, depth_for
 from superfluid.domain.strategies import Pick, Strategy, directive_help
@@ -68,16 +59,35 @@ from superfluid.domain.tool_calls.families import ToolFamily
 
 log = logging.getLogger("superfluid")
 
-#: Requests that may wait for a lane, per model, beyond those decoding (`--max-queue`).
-DEFAULT_MAX_QUEUE = 16
-#: Seconds a draining server lets running requests finish before it ends them: inside
-#: Kubernetes' default 30-second grace period, with time left to end the rest cleanly.
-DEFAULT_SHUTDOWN_TIMEOUT = 25.0
-
 
 def _as_paths(_name: str, raw: Sequence[str]) -> tuple[Path, ...]:
     """The `--model` and `--chat-template-file` rule: each path with `~` expanded."""
     return tuple(Path(p).expanduser() for p in raw)
+
+
+def _as_names(name: str, raw: Sequence[str]) -> tuple[str, ...]:
+    """Names without spaces or control characters, blanks around each forgiven."""
+    names = []
+    for given in raw:
+        shown = given.strip()
+        if not shown or any(not ch.isprintable() or ch.isspace() for ch in shown):
+            raise SettingsError(
+                f"{name} must be a name without spaces or control characters, got {given!r}"
+            )
+        names.append(shown)
+    return tuple(names)
+
+
+def _as_tool_families(name: str, raw: Sequence[str]) -> tuple[ToolFamily, ...]:
+    """`--tool-call-parser`: each value a family's name, in any case."""
+    families = []
+    for given in raw:
+        try:
+            families.append(ToolFamily(given.strip().lower()))
+        except ValueError:
+            known = ", ".join(f.value for f in ToolFamily)
+            raise SettingsError(f"{name} must be one of {known}, got {given!r}") from None
+    return tuple(families)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +117,7 @@ class ServePlan:
         help="The id clients use for a model, instead of its file name (repeatable: the first"
         " names MODEL, the next each --model in order). The file name is still accepted."
         " Default: the file name.",
-        rule=as_names,
+        rule=_as_names,
         metavar="NAME",
         kind="repeat",
         shown=None,
@@ -131,7 +141,7 @@ class ServePlan:
         help="How a model writes tool calls: "
         + ", ".join(f.value for f in ToolFamily)
         + " (repeatable, per model in order). Default: read off the chat template.",
-        rule=as_tool_families,
+        rule=_as_tool_families,
         metavar="NAME",
         kind="repeat",
         shown=None,
@@ -171,14 +181,13 @@ class ServePlan:
         False,
         flag="--offline/--no-offline",
         help="Never fetch the hub catalog.",
-        rule=as_switch,
         kind="switch",
     )
     temperature: float | None = knob(
         None,
         flag="--temperature",
         help="Default temperature for requests that set none.",
-        rule=in_range(0.0, 2.0, "a finite number in [0, 2]"),
+        rule=as_temperature,
         metavar="NUMBER",
         shown="the model file's own, else 0.8",
     )
@@ -195,11 +204,11 @@ class ServePlan:
         flag="--max-lanes",
         help="Requests decoded at once, per model.",
         metavar="INTEGER",
-        kind="bounded",
         bounds=(1, 64),
     )
+    #: Requests that may wait for a lane, per model, beyond those decoding.
     max_queue: int = knob(
-        DEFAULT_MAX_QUEUE,
+        16,
         flag="--max-queue",
         help="Requests that may wait for a lane, per model; past lanes + queue a request gets"
         " 429 with Retry-After at once (default {default}).",
@@ -212,11 +221,12 @@ class ServePlan:
         flag="--ctx-size",
         help="Context window per lane, in tokens.",
         metavar="INTEGER",
-        kind="bounded",
         bounds=(16, None),
     )
+    #: Seconds a draining server lets running requests finish before it ends them: inside
+    #: Kubernetes' default 30-second grace period, with time left to end the rest cleanly.
     shutdown_timeout: float = knob(
-        DEFAULT_SHUTDOWN_TIMEOUT,
+        25.0,
         flag="--shutdown-timeout",
         help="Seconds SIGTERM or SIGINT lets running requests finish before it ends them with an"
         " error (a second signal ends them at once); the server then exits 0.",
@@ -238,7 +248,6 @@ class ServePlan:
         flag="--prefix-reuse/--no-prefix-reuse",
         help="Keep a finished request's KV for a later prompt that starts the same way (a chat's"
         " next turn); the longest shared prefix is not prefilled again.",
-        rule=as_switch,
         kind="switch",
     )
     #: A runtime may serve a model from a faster copy of its weights that computes the same
@@ -249,7 +258,6 @@ class ServePlan:
         help="On x86, serve a GGUF's Q5_0 weights as Q8_0: the same values and replies, faster"
         " prefill and decoding, from a copy written once under $SUPERFLUID_HOME/cache/weights"
         " (a little larger than the model).",
-        rule=as_switch,
         kind="switch",
     )
 

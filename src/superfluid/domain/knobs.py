@@ -11,12 +11,11 @@ names the flag or variable it came from.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import Field, dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
 from superfluid.domain.errors import SettingsError
-from superfluid.domain.tool_calls.families import ToolFamily
 
 #: The key under which a field's metadata holds its `Knob`.
 KNOB = "knob"
@@ -27,9 +26,9 @@ SPEC = "Speculation"
 #: Reads a knob's value: (the flag or variable to blame, what it gave) to the value it lands as.
 Rule = Callable[[str, Any], object]
 
-#: How the CLI takes a knob: a text value, an on/off switch, a repeatable value, or a whole
-#: number that click bounds itself (its refusal is click's usage error).
-Kind = Literal["text", "switch", "repeat", "bounded"]
+#: How the CLI takes a knob: a text value, an on/off switch, or a repeatable value. A knob with
+#: `bounds` is a whole number that click bounds itself (its refusal is click's usage error).
+Kind = Literal["text", "switch", "repeat"]
 
 _TRUE_WORDS = frozenset({"1", "true", "on", "yes"})
 _FALSE_WORDS = frozenset({"0", "false", "off", "no"})
@@ -85,16 +84,8 @@ def as_given(_name: str, raw: Any) -> Any:
     return raw
 
 
-def as_number(name: str, raw: str) -> float:
-    return parse_number(name, raw)
-
-
 def as_whole(name: str, raw: str) -> int:
     return parse_number(name, raw, kind=int)
-
-
-def as_switch(name: str, raw: str) -> bool:
-    return parse_bool(name, raw)
 
 
 def as_switch_off(name: str, raw: str) -> bool:
@@ -114,28 +105,8 @@ def in_range(low: float, high: float, shown: str, *, kind: type[int] | type[floa
     return read
 
 
-def as_names(name: str, raw: Sequence[str]) -> tuple[str, ...]:
-    """Names without spaces or control characters, blanks around each forgiven."""
-    names = []
-    for given in raw:
-        shown = given.strip()
-        if not shown or any(not ch.isprintable() or ch.isspace() for ch in shown):
-            raise SettingsError(
-                f"{name} must be a name without spaces or control characters, got {given!r}"
-            )
-        names.append(shown)
-    return tuple(names)
-
-
-def as_tool_families(name: str, raw: Sequence[str]) -> tuple[ToolFamily, ...]:
-    families = []
-    for given in raw:
-        try:
-            families.append(ToolFamily(given.strip().lower()))
-        except ValueError:
-            known = ", ".join(f.value for f in ToolFamily)
-            raise SettingsError(f"{name} must be one of {known}, got {given!r}") from None
-    return tuple(families)
+#: A sampling temperature, as OpenAI bounds it.
+as_temperature = in_range(0.0, 2.0, "a finite number in [0, 2]")
 
 
 # -- the record ----------------------------------------------------------------------------
@@ -160,8 +131,12 @@ class Knob:
     shown: str | None = "{default}"
     env_shown: str | None = None
     panel: str | None = None
-    #: For a "bounded" knob: click's range, low and (None: unbounded) high.
+    #: For a whole number click bounds itself: its range, low and (None: unbounded) high.
     bounds: tuple[int, int | None] | None = None
+
+    @property
+    def bounded(self) -> bool:
+        return self.bounds is not None
 
     @property
     def option(self) -> str:
@@ -179,7 +154,7 @@ def knob(
     *,
     flag: str,
     help: str,
-    rule: Rule = as_given,
+    rule: Rule | None = None,
     env: str | None = None,
     metavar: str | None = None,
     kind: Kind = "text",
@@ -188,7 +163,12 @@ def knob(
     panel: str | None = None,
     bounds: tuple[int, int | None] | None = None,
 ) -> T:
-    """A dataclass field whose default is `default` and whose metadata holds its `Knob`."""
+    """A dataclass field whose default is `default` and whose metadata holds its `Knob`.
+
+    Without a rule a switch reads its word as on or off, and any other knob takes its value as
+    given.
+    """
+    rule = rule or (parse_bool if kind == "switch" else as_given)
     record = Knob(flag, help, rule, env, metavar, kind, shown, env_shown, panel, bounds)
     return field(default=default, metadata={KNOB: record})
 

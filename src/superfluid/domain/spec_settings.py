@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from superfluid.domain.errors import SettingsError
 from superfluid.domain.knobs import (
     SPEC,
-    as_number,
-    as_switch,
+    as_temperature,
     as_whole,
     format_number,
-    in_range,
     knob,
     parse_number,
 )
@@ -68,13 +66,6 @@ def default_depth(
     return min(block_size, MAX_DRAFT_TOKENS)
 
 
-def _check_max_temperature(value: float, shown: str) -> None:
-    if not (math.isfinite(value) and 0.0 <= value <= 2.0):
-        raise SettingsError(
-            f"--spec-max-temperature must be a finite number in [0, 2], got {shown}"
-        )
-
-
 @dataclass(frozen=True, slots=True)
 class SpecSettings:
     """Every speculation knob of §7 and §8, with the contract's defaults; each field is a
@@ -97,7 +88,6 @@ class SpecSettings:
         True,
         flag="--spec-adaptive/--no-spec-adaptive",
         help="Pick the fastest depth per lane count.",
-        rule=as_switch,
         env="SUPERFLUID_SPEC_ADAPTIVE",
         kind="switch",
         panel=SPEC,
@@ -107,7 +97,7 @@ class SpecSettings:
         flag="--spec-min-yield",
         help="Accepted tokens per round below which a request stops drafting (a round asked for"
         " fewer tokens than the default depth: in proportion).",
-        rule=as_number,
+        rule=parse_number,
         env="SUPERFLUID_SPEC_MIN_YIELD",
         metavar="NUMBER",
         panel=SPEC,
@@ -125,7 +115,6 @@ class SpecSettings:
         True,
         flag="--spec-throughput-gate/--no-spec-throughput-gate",
         help="Decode plainly where speculation is not faster.",
-        rule=as_switch,
         env="SUPERFLUID_SPEC_GATE",
         kind="switch",
         panel=SPEC,
@@ -134,7 +123,7 @@ class SpecSettings:
         1.08,
         flag="--spec-min-speedup",
         help="Speed-up speculation must show.",
-        rule=as_number,
+        rule=parse_number,
         env="SUPERFLUID_SPEC_MIN_SPEEDUP",
         metavar="NUMBER",
         panel=SPEC,
@@ -161,7 +150,7 @@ class SpecSettings:
         None,
         flag="--spec-max-temperature",
         help="Cap a default temperature while speculating.",
-        rule=in_range(0.0, 2.0, "a finite number in [0, 2]"),
+        rule=as_temperature,
         metavar="NUMBER",
         shown="no cap",
         panel=SPEC,
@@ -185,7 +174,7 @@ class SpecSettings:
         if self.reprobe > 0 and self.reprobe_max < self.reprobe:
             raise SettingsError("--spec-gate-reprobe-max must be at least --spec-gate-reprobe")
         if self.max_temperature is not None:
-            _check_max_temperature(self.max_temperature, format_number(self.max_temperature))
+            as_temperature("--spec-max-temperature", format_number(self.max_temperature))
         return self
 
 

@@ -294,20 +294,19 @@ def _option(option: ServeOption) -> inspect.Parameter:
         help=help_text(option),
         metavar=knob.metavar,
         rich_help_panel=knob.panel,
-        show_default=knob.kind == "bounded",
+        show_default=knob.bounded,
         min=low,
         max=high,
     )
-    taken: object = {
-        "text": str | None,
-        "switch": bool | None,
-        "repeat": list[str] | None,
-        "bounded": int,
-    }[knob.kind]
+    taken: object = (
+        int
+        if knob.bounded
+        else {"text": str | None, "switch": bool | None, "repeat": list[str] | None}[knob.kind]
+    )
     return inspect.Parameter(
         knob.name,
         inspect.Parameter.KEYWORD_ONLY,
-        default=option.default if knob.kind == "bounded" else None,
+        default=option.default if knob.bounded else None,
         annotation=Annotated[taken, info],
     )
 

@@ -3,8 +3,10 @@
 A field declared with `knob()` (domain/knobs.py) is an option; `OPTIONS` lists them in field
 order, `ServePlan`'s first. `cli.py` builds `serve`'s signature from them and resolves them
 with `resolve`; `--help` and docs/cli.md show what `help_text` composes. An option resolves
-flag > environment > default, and the environment is read here only: a variable that is unset
-or empty (`VAR=`) is not given.
+flag > environment > default, and a serve option's variable is read here only (the
+per-strategy depth variables are read by `depth_for` once a strategy is known). A variable that
+is unset or empty (`VAR=`) is not given; for the speculation knobs a blank flag or variable is
+not given either.
 """
 
 from __future__ import annotations
@@ -37,11 +39,18 @@ class ServeOption:
         knob = self.knob
         if isinstance(given, bool):  # a switch: its word, read like its variable's
             given = "true" if given else "false"
-        if given is not None:
+        if self._given(given):
             return knob.rule(knob.option, given)
-        if knob.env is not None and env.get(knob.env):
+        if knob.env is not None and env.get(knob.env) and self._given(env[knob.env]):
             return knob.rule(knob.env, env[knob.env])
         return self.default
+
+    def _given(self, value: object) -> bool:
+        """Whether a flag or variable gives a value: the speculation knobs take a blank one as
+        not given, as `SpecSettings` always has."""
+        if isinstance(value, str) and self.holder is SpecSettings:
+            return bool(value.strip())
+        return value is not None
 
 
 def serve_options() -> tuple[ServeOption, ...]:
@@ -75,7 +84,7 @@ def help_text(option: ServeOption) -> str:
     knob = option.knob
     default = shown_default(option)
     text = knob.help.replace("{default}", default)
-    if knob.shown is not None and knob.kind != "bounded":
+    if knob.shown is not None and not knob.bounded:
         text += f"  [default: {knob.shown.replace('{default}', default)}]"
     env = knob.env_shown or knob.env
     if env is not None:
@@ -94,7 +103,7 @@ class Resolved:
 def resolve(given: Mapping[str, object], env: Mapping[str, str]) -> Resolved:
     """Read every option in order: `given` maps option names to what the flags gave (None: not
     given); `env` is the process environment. A refusal is a SettingsError naming the flag or
-    variable. `SpecSettings.validate()` still owes its checks across knobs."""
+    variable. `SpecSettings.validate()` owes the contract's range checks."""
     resolved = Resolved(plan={}, settings={})
     for option in OPTIONS:
         into = resolved.settings if option.holder is SpecSettings else resolved.plan
