@@ -47,7 +47,7 @@ def test_off_or_empty_means_no_speculation(value):
 )
 def test_named_strategies_parse_after_trimming(value, mode):
     assert parse(value).mode is mode
-    assert parse(value).describe() == value.strip()
+    assert parse(value).raw == value.strip()
 
 
 @pytest.mark.parametrize("kind", ["dflash", "dspark", "eagle3", "draft-model"])
@@ -56,7 +56,7 @@ def test_a_kind_prefix_names_the_drafter_and_expands_the_home_directory(kind):
     assert directive.mode is Mode.DRAFTER
     assert directive.kind == kind
     assert directive.path == "/home/ada/models/d.base"
-    assert directive.describe() == f"{kind}:/home/ada/models/d.base"
+    assert str(directive.pick) == f"{kind}:/home/ada/models/d.base"
 
 
 def test_tilde_user_is_left_alone_and_a_lone_tilde_is_home():
@@ -80,7 +80,7 @@ def test_an_existing_file_is_a_bundle_path_whose_kind_comes_from_its_header():
     assert resolve_bundle_path(directive, header(arch="dspark")).kind == "dspark"
     resolved = resolve_bundle_path(directive, header(arch="qwen3"))
     assert resolved.kind == "draft-model"
-    assert resolved.describe() == "draft-model:/home/ada/d.base"
+    assert str(resolved.pick) == "draft-model:/home/ada/d.base"
 
 
 def test_an_existing_file_that_is_not_a_bundle_is_refused():

@@ -176,9 +176,9 @@ def test_an_explicit_drafter_is_checked_and_resolved(layout):
     root, target = layout
     drafter = bundle(root / "d.base", "eagle3")
     resolved = explicit(f"{drafter}", read_header(target), home=root, files={str(drafter)})
-    assert resolved.describe() == f"eagle3:{drafter}"
+    assert str(resolved.pick) == f"eagle3:{drafter}"
     assert (
-        explicit(f"eagle3:{drafter}", read_header(target), home=root).describe()
+        str(explicit(f"eagle3:{drafter}", read_header(target), home=root).pick)
         == f"eagle3:{drafter}"
     )
 

@@ -140,8 +140,8 @@ def check_explicit(
     except HeaderError as error:
         raise DirectiveError(f"--speculate {directive.raw}: {error.message}") from error
     resolved = resolve_bundle_path(directive, header)
-    named = resolved.kind if resolved.kind is not None else kind_of(header)
     actual = kind_of(header)
+    named = resolved.kind or actual
     if named is not actual and not _compatible(named, actual):
         raise DirectiveError(
             f"--speculate {directive.raw}: {path} is {_a(actual)} drafter, not {_a(named)} one"

@@ -43,13 +43,6 @@ class Directive:
     path: str | None = None
     kind: Strategy | None = None
 
-    def describe(self) -> str:
-        """The resolved form the startup log prints after `speculation: `."""
-        pick = self.pick
-        if pick is not None:
-            return str(pick)
-        return self.path if self.mode is Mode.BUNDLE_PATH and self.path else self.mode.value
-
     @property
     def pick(self) -> Pick | None:
         """The strategy this directive names, once resolved (None: off, auto, or a bare path
