@@ -23,8 +23,8 @@ MIN_REUSED_TOKENS = 16
 #: the prompt: a conversation's next turn shares most of its prompt, a chat template's opening
 #: lines only a few percent.
 MIN_REUSED_SHARE = 0.25
-#: A shared prefix this long (a long system prompt) is worth taking whatever the prompt's
-#: length: its prefill is worth saving whatever share of the prompt it is.
+#: A shared prefix this long (a long system prompt) is taken whatever the prompt's length: its
+#: prefill outweighs where the lane lands (ADR 0009).
 LONG_SHARED_PREFIX = 256
 
 
