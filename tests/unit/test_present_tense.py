@@ -12,9 +12,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Files whose job is history (none yet): they may name issues and sessions.
-HISTORY_FILES: frozenset[str] = frozenset({"CHANGELOG.md"})
-
 _ORDINALS = (
     "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"
     "thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|"
@@ -38,10 +35,12 @@ PATTERNS = {
 
 
 def _files():
+    """Docs, source, benches and scripts; tests stay out (this file holds example phrases)."""
     for folder, suffix in (("docs", "*.md"), ("src", "*.py")):
-        for path in sorted((ROOT / folder).rglob(suffix)):
-            if path.name not in HISTORY_FILES:
-                yield path
+        yield from sorted((ROOT / folder).rglob(suffix))
+    for folder in ("bench", "scripts"):
+        for suffix in ("*.py", "*.sh"):
+            yield from sorted((ROOT / folder).glob(suffix))
     yield ROOT / "README.md"
 
 
