@@ -24,8 +24,8 @@ llama.cpp processes whose threads share two cores stall each other at every step
 the 2-core machine: a request on each replica at once took 18-34 s unpinned, 1 s pinned).
 
 Writes `README.md` and `affinity_bench.raw.json` into `--out` (default
-`docs/benchmarks/router-affinity-smollm2-2-replicas/`; `/tmp/superfluid-affinity-bench/quick` with `--quick`);
-`--from-raw RAW` rewrites the report from a saved run.
+`docs/benchmarks/router-affinity-smollm2-2-replicas/`; `/tmp/superfluid-affinity-bench/quick`
+with `--quick`); `--from-raw RAW` rewrites the report from a saved run.
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ so on, so that a ratio pairs sessions measured seconds apart. Session files are 
 round (warm-up rounds included), so no server sees a prompt twice.
 
 Writes `README.md` and `agent_bench.raw.json` into `--out` (default
-`docs/benchmarks/agent-sessions-smollm2-gemma3-1-4-clients/`; `/tmp/superfluid-agent-bench/quick` with `--quick`);
-`--from-raw RAW` rewrites the report from a saved run. A default run takes about 20-25 minutes on
-2 cores.
+`docs/benchmarks/agent-sessions-smollm2-gemma3-1-4-clients/`; `/tmp/superfluid-agent-bench/quick`
+with `--quick`); `--from-raw RAW` rewrites the report from a saved run. A default run takes about
+20-25 minutes on 2 cores.
 """
 
 from __future__ import annotations

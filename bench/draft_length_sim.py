@@ -8,8 +8,9 @@ Greedy speculation commits exactly the plain-greedy continuation (batch-invarian
 prompt-lookup, let the rule choose k each round, accept the draft's common prefix with the
 continuation, and charge the round the cost of a verify step of k + 1 rows. The figure is
 committed tokens per one-row step (plain decoding = 1), with the served kernels' one-lane costs
-to 65 rows (`GRIDS`: the Intel grid of docs/benchmarks/verify-step-cost-8-lanes-65-rows/README.md, or the AMD EPYC machine
-the HTTP benches run on, on either build). The prompts are the HTTP bench's first
+to 65 rows (`GRIDS`: the Intel grid of
+docs/benchmarks/verify-step-cost-8-lanes-65-rows/README.md, or the AMD EPYC machine the HTTP
+benches run on, on either build). The prompts are the HTTP bench's first
 fresh copy-heavy, long-prompt and open-ended ones; their continuations are decoded once with the
 demo model and kept in `~/.cache/superfluid/draft-length-sim.json` (`--refresh` decodes them
 again). Rules, all within the contract's draft content (docs/contract.md §4):
@@ -48,8 +49,9 @@ from superfluid.domain.prompt_lookup import NGRAM_SIZES, PromptLookupIndex
 #: One lane's verify step of r rows, every row with logits, relative to one row, linear between
 #: the measured counts. The runtime rounds logits rows up to counts the head runs cheaply
 #: (`cheap_logit_rows`), so the measured even counts are what a step of any count between them
-#: costs. "intel": the served kernels' grid of docs/benchmarks/verify-step-cost-8-lanes-65-rows/README.md (1 lane, 66-token
-#: context). "epyc-avx2" and "epyc-avx512": the AMD EPYC 2-core machine of the HTTP benches,
+#: costs. "intel": the served kernels' grid of
+#: docs/benchmarks/verify-step-cost-8-lanes-65-rows/README.md (1 lane, 66-token context).
+#: "epyc-avx2" and "epyc-avx512": the AMD EPYC 2-core machine of the HTTP benches,
 #: 300-token context, on the AVX2 build and on the AVX-512 build scripts/llama_cpp_cpu_flags.sh
 #: picks there (`bench.llamacpp_step_cost --kernels served[-untiled] --grid --reps 3 --context
 #: 300`, medians, 2026-12-04; 65 rows measured below 64 on AVX2: taken as 64's). On AVX2 there a

@@ -22,13 +22,13 @@ oracle and auto decode the same ones). Per workload and client count, greedy:
 
 Rates are aggregate tokens per second, decode-only (after every request's first token, as the
 HTTP bench's) and end to end. The report gives auto's fraction of the oracle per cell, and, when
-an HTTP run's raw JSON is at hand (`--http-raw`, default the raw JSON of bench.http_bench's default
-run, docs/benchmarks/http-gemma3-all-workloads-1-8-clients/http_bench.raw.json),
+an HTTP run's raw JSON is at hand (`--http-raw`, default the raw JSON of bench.http_bench's
+default run, docs/benchmarks/http-gemma3-all-workloads-1-8-clients/http_bench.raw.json),
 whether the oracle leaves room for 1.1× llama-server's best there (decode-only; in-process
 against HTTP, so the HTTP server's overhead counts in the oracle's favour). Writes `oracle.md`
-and `oracle.raw.json` into `--out` (default docs/benchmarks/prompt-lookup-ceiling-gemma3-1-8-clients/:
-a default run is the three workloads at 1-8 lanes on the demo model; with `--quick`
-/tmp/superfluid-oracle/quick).
+and `oracle.raw.json` into `--out` (default
+docs/benchmarks/prompt-lookup-ceiling-gemma3-1-8-clients/: a default run is the three workloads
+at 1-8 lanes on the demo model; with `--quick` /tmp/superfluid-oracle/quick).
 
 The oracle and the clairvoyant plug into the drafting port (`Drafter.open` →
 `DraftState.propose`/`commit`) and the executor's `SpeculationPolicy` protocol; nothing in src/
@@ -111,9 +111,9 @@ class OracleState:
 class ClairvoyantLookupDrafter:
     """Prompt-lookup's own drafts, each cut to the part plain decoding will accept.
 
-    What is drafted is prompt-lookup's (docs/contract.md §4); how many of its tokens is decided knowing
-    the continuation, so no rule on whether and how much to draft (the gates' whole lever) can
-    do better with these drafts, short of evening out a tick's widths across lanes (each lane is
+    What is drafted is prompt-lookup's (docs/contract.md §4); how many of its tokens is decided
+    knowing the continuation, so no rule on whether and how much to draft (the gates' whole lever)
+    can do better with these drafts, short of evening out a tick's widths across lanes (each lane is
     cut on its own): the bound on what the gates could make of prompt-lookup."""
 
     strategy = "prompt-lookup, clairvoyant length"
@@ -524,13 +524,13 @@ def lookup_table(cells: list[Cell]) -> list[str]:
         "## Prompt-lookup's own ceiling",
         "",
         "Prompt-lookup's drafts (the most recent earlier occurrence's continuation, "
-        "docs/contract.md §4) on the same prompts in the same runs, no gate. **Fixed depths**: "
-        "one depth for every lane and tick; the best is what one depth rule reaches without knowing the "
-        "text in advance. **Clairvoyant length**: each draft cut to the part plain decoding "
-        "accepts (nothing drafted where that is none), under a depth cap: no rule on whether "
-        "and how much of a draft to verify — the gates' whole lever — can do better with these "
-        "drafts, short of evening out a tick's widths across lanes. The oracle's lead over it "
-        "is where these drafts leave the reply: each such place ends a lane's round early.",
+        "docs/contract.md §4) on the same prompts in the same runs, no gate. **Fixed depths**: one "
+        "depth for every lane and tick; the best is what one depth rule reaches without knowing "
+        "the text in advance. **Clairvoyant length**: each draft cut to the part plain decoding "
+        "accepts (nothing drafted where that is none), under a depth cap: no rule on whether and "
+        "how much of a draft to verify — the gates' whole lever — can do better with these drafts, "
+        "short of evening out a tick's widths across lanes. The oracle's lead over it is where "
+        "these drafts leave the reply: each such place ends a lane's round early.",
         "",
         "| " + " | ".join(LOOKUP_COLUMNS) + " |",
         "|" + "---|" * len(LOOKUP_COLUMNS),
